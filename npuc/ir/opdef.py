@@ -1,0 +1,138 @@
+"""The op registry: every graph op is defined once, here.
+
+An :class:`OpDef` holds, side by side, everything npuc knows about an op: its attribute dataclass
+(frozen, typed fields with defaults), the number of operands it takes, its shape/type rule, its
+attribute-domain verifier and its reference semantics (run by the interpreter, and the meaning
+every later stage is checked against).  The printer, parser, verifier, interpreter, frontend and
+``npuc ops`` all read this one table.
+
+Op definitions live in :mod:`npuc.ir.ops` (one module per family) and call :func:`register`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from npuc.errors import VerifyError
+from npuc.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class NoAttrs:
+    """Attributes of an op that has none."""
+
+
+@dataclass(frozen=True)
+class ConstAttrs:
+    """``const``: a reference to ``Graph.constants[name]`` of the given type."""
+
+    name: str
+    type: TensorType
+
+
+InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
+VerifyFn = Callable[[Sequence[TensorType], Any], None]
+ReferenceFn = Callable[[Sequence[torch.Tensor], Any], Sequence[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The single definition of a graph op.
+
+    ``infer`` returns the output types from the operand types and attributes and raises
+    :class:`VerifyError` on operand types it does not accept.  ``verify`` (optional) checks the
+    attribute domain (a stride of 0, a negative group count, ...).  ``reference`` computes the
+    outputs with PyTorch, obviously right rather than fast.  ``min_inputs``/``max_inputs`` bound
+    the operand count (``max_inputs=None`` for variadic ops such as ``concat``).
+    """
+
+    name: str
+    summary: str
+    attrs: type
+    infer: InferFn
+    reference: ReferenceFn
+    verify: VerifyFn | None = None
+    min_inputs: int = 1
+    max_inputs: int | None = 1
+    category: str = "misc"
+
+    def check(self, in_types: Sequence[TensorType], attrs: Any) -> tuple[TensorType, ...]:
+        """Verify operands and attributes, and return the output types."""
+        n = len(in_types)
+        if n < self.min_inputs or (self.max_inputs is not None and n > self.max_inputs):
+            want = (
+                f"{self.min_inputs}"
+                if self.max_inputs == self.min_inputs
+                else f"{self.min_inputs}..{self.max_inputs if self.max_inputs is not None else 'n'}"
+            )
+            raise VerifyError(f"op '{self.name}' takes {want} operands, got {n}")
+        if not isinstance(attrs, self.attrs):
+            raise VerifyError(
+                f"op '{self.name}' needs attributes of type {self.attrs.__name__}, got {type(attrs).__name__}"
+            )
+        if self.verify is not None:
+            self.verify(in_types, attrs)
+        return tuple(self.infer(in_types, attrs))
+
+    def attr_fields(self) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(self.attrs))
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in _REGISTRY:
+        raise RuntimeError(f"op '{opdef.name}' registered twice")
+    if not (dataclasses.is_dataclass(opdef.attrs) and opdef.attrs.__dataclass_params__.frozen):
+        raise RuntimeError(f"attributes of op '{opdef.name}' must be a frozen dataclass")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    _load_ops()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise VerifyError(f"unknown op '{name}' (see `npuc ops` for the list)") from None
+
+
+def all_ops() -> list[OpDef]:
+    """Every registered op, sorted by name."""
+    _load_ops()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def _load_ops() -> None:
+    # Importing the package registers every op family once.
+    import npuc.ir.ops  # noqa: F401
+
+
+def fail(op: str, msg: str) -> VerifyError:
+    """Build the error an infer/verify function raises: ``raise fail("conv2d", "...")``."""
+    return VerifyError(f"{op}: {msg}")
+
+
+# `const` is the one op the IR itself needs; every other op lives in npuc.ir.ops.
+register(
+    OpDef(
+        name="const",
+        summary="A constant tensor, stored in Graph.constants and printed by reference.",
+        attrs=ConstAttrs,
+        infer=lambda ins, a: (a.type,),
+        reference=lambda ins, a: (_missing_const(a),),
+        min_inputs=0,
+        max_inputs=0,
+        category="core",
+    )
+)
+
+
+def _missing_const(a: ConstAttrs) -> torch.Tensor:
+    # The interpreter resolves constants itself; reaching this means a caller skipped that.
+    raise VerifyError(f"constant @{a.name} must be resolved from Graph.constants")
