@@ -1,0 +1,1 @@
+"""Runtime: the .npub container, its loader, and the NPU simulator."""
