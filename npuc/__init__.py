@@ -14,8 +14,8 @@ from npuc.errors import NpucError
 __version__ = "0.1.0"
 
 _API = {
-    "import_model": "npuc.api",
-    "interpret": "npuc.api",
+    "import_model": "npuc.pipeline",
+    "interpret": "npuc.interp",
     "load_target": "npuc.targets",
 }
 

@@ -1,0 +1,26 @@
+# The two commands of the README:
+#   make demo   set up .venv, import MobileNetV2, run the graph passes, check it against PyTorch
+#   make test   set up .venv and run the whole test suite (model zoo included)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.npuc-installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/npuc import torchvision:mobilenet_v2
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+bench: $(STAMP)
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
