@@ -47,7 +47,9 @@ class OpDef:
     :class:`VerifyError` on operand types it does not accept.  ``verify`` (optional) checks the
     attribute domain (a stride of 0, a negative group count, ...).  ``reference`` computes the
     outputs with PyTorch, obviously right rather than fast.  ``min_inputs``/``max_inputs`` bound
-    the operand count (``max_inputs=None`` for variadic ops such as ``concat``).
+    the operand count (``max_inputs=None`` for variadic ops such as ``concat``).  ``operands``
+    names the operands for documentation: ``("x", "w", "[b]")``, optional ones in brackets,
+    a variadic tail ending in ``...``.
     """
 
     name: str
@@ -59,6 +61,7 @@ class OpDef:
     min_inputs: int = 1
     max_inputs: int | None = 1
     category: str = "misc"
+    operands: tuple[str, ...] = ()
 
     def check(self, in_types: Sequence[TensorType], attrs: Any) -> tuple[TensorType, ...]:
         """Verify operands and attributes, and return the output types."""

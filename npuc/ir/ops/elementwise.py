@@ -1,66 +1,265 @@
-"""Elementwise ops: unary activations and broadcasting binary arithmetic."""
+"""Elementwise ops: unary activations and math, casts, broadcasting binary arithmetic,
+comparisons and ``where``.
+
+Operand dtypes of binary ops must be equal: the frontend inserts ``cast`` where PyTorch would
+promote, and turns Python scalars into 0-d constants of the other operand's dtype.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
+import torch.nn.functional as F
 
 from npuc.ir.opdef import NoAttrs, OpDef, fail, register
-from npuc.ir.types import TensorType
+from npuc.ir.ops.common import (
+    broadcast_shapes,
+    require_float,
+    require_numeric,
+    require_same_dtype,
+)
+from npuc.ir.types import DType, TensorType
+
+__all__ = ["broadcast_shapes"]
+
+# Which element types an op accepts: "float" (floating point), "numeric" (no bool), "any".
+_DTYPE_CHECK: dict[str, Callable[[str, TensorType, str], None]] = {
+    "float": require_float,
+    "numeric": require_numeric,
+    "any": lambda op, t, what: None,
+}
+
+# ------------------------------------------------------------------------------------ unary
 
 
-def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy/PyTorch broadcasting of two static shapes."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = a[-i] if i <= len(a) else 1
-        y = b[-i] if i <= len(b) else 1
-        if x != y and 1 not in (x, y):
-            raise fail(op, f"shapes {list(a)} and {list(b)} do not broadcast")
-        out.append(max(x, y) if 1 in (x, y) else x)
-    return tuple(reversed(out))
-
-
-def _same_type(ins, a):
-    return (ins[0],)
-
-
-def _unary(name: str, summary: str, fn) -> None:
-    register(
-        OpDef(
-            name=name,
-            summary=summary,
-            attrs=NoAttrs,
-            infer=_same_type,
-            reference=lambda ins, a: (fn(ins[0]),),
-            category="elementwise",
-        )
-    )
-
-
-def _binary_infer(name: str):
+def _unary_infer(name: str, accepts: str, result: DType | None):
     def infer(ins, a):
-        x, y = ins
-        if x.dtype != y.dtype:
-            raise fail(name, f"operand dtypes differ ({x.dtype.value} and {y.dtype.value})")
-        return (TensorType(broadcast_shapes(name, x.shape, y.shape), x.dtype),)
+        _DTYPE_CHECK[accepts](name, ins[0], "input")
+        return (ins[0] if result is None else ins[0].with_dtype(result),)
 
     return infer
 
 
-def _binary(name: str, summary: str, fn) -> None:
+def _unary(name: str, summary: str, fn, accepts: str = "float", result: DType | None = None) -> None:
     register(
         OpDef(
             name=name,
             summary=summary,
             attrs=NoAttrs,
-            infer=_binary_infer(name),
-            reference=lambda ins, a: (fn(ins[0], ins[1]),),
-            min_inputs=2,
-            max_inputs=2,
+            infer=_unary_infer(name, accepts, result),
+            reference=lambda ins, a: (fn(ins[0]),),
             category="elementwise",
+            operands=("x",),
         )
     )
 
 
-_unary("relu", "max(x, 0)", torch.relu)
+_unary("relu", "max(x, 0)", torch.relu, accepts="numeric")
+_unary("sigmoid", "1 / (1 + exp(-x))", torch.sigmoid)
+_unary("tanh", "hyperbolic tangent", torch.tanh)
+_unary("silu", "x * sigmoid(x) (swish)", F.silu)
+_unary("hardswish", "x * relu6(x + 3) / 6", F.hardswish)
+_unary("hardsigmoid", "relu6(x + 3) / 6", F.hardsigmoid)
+_unary("exp", "e ** x", torch.exp)
+_unary("log", "natural logarithm", torch.log)
+_unary("sqrt", "square root", torch.sqrt)
+_unary("rsqrt", "1 / sqrt(x)", torch.rsqrt)
+_unary("neg", "-x", torch.neg, accepts="numeric")
+_unary("reciprocal", "1 / x", torch.reciprocal)
+_unary("abs", "|x|", torch.abs, accepts="numeric")
+_unary("erf", "Gauss error function", torch.erf)
+_unary("sin", "sine", torch.sin)
+_unary("cos", "cosine", torch.cos)
+_unary("logical_not", "x == 0, as bool", torch.logical_not, accepts="any", result=DType.bool)
+
+
+@dataclass(frozen=True)
+class GeluAttrs:
+    """``gelu``: exact (``"none"``) or the tanh approximation (``"tanh"``)."""
+
+    approximate: str = "none"
+
+
+def _gelu_verify(ins, a: GeluAttrs) -> None:
+    if a.approximate not in ("none", "tanh"):
+        raise fail("gelu", f"approximate = {a.approximate!r} must be 'none' or 'tanh'")
+
+
+register(
+    OpDef(
+        name="gelu",
+        summary="x * Phi(x), exact (erf) or tanh-approximated",
+        attrs=GeluAttrs,
+        infer=_unary_infer("gelu", "float", None),
+        verify=_gelu_verify,
+        reference=lambda ins, a: (F.gelu(ins[0], approximate=a.approximate),),
+        category="elementwise",
+        operands=("x",),
+    )
+)
+
+
+@dataclass(frozen=True)
+class ClampAttrs:
+    """``clamp``: lower and upper bound, either may be absent (relu6, hardtanh, clamp)."""
+
+    min: float | None = None
+    max: float | None = None
+
+
+def _clamp_verify(ins, a: ClampAttrs) -> None:
+    if a.min is None and a.max is None:
+        raise fail("clamp", "at least one of min and max must be set")
+    bounds = [b for b in (a.min, a.max) if b is not None]
+    if any(math.isnan(b) for b in bounds):
+        raise fail("clamp", "bounds must not be NaN")
+    if ins and not ins[0].dtype.is_float and any(b != int(b) for b in bounds if math.isfinite(b)):
+        raise fail("clamp", f"bounds {a.min}, {a.max} of an integer tensor must be integers")
+
+
+def _clamp_ref(ins, a: ClampAttrs):
+    x = ins[0]
+    lo, hi = a.min, a.max
+    if not x.dtype.is_floating_point:
+        lo = None if lo is None or math.isinf(lo) else int(lo)
+        hi = None if hi is None or math.isinf(hi) else int(hi)
+        if lo is None and hi is None:
+            return (x.clone(),)
+    return (torch.clamp(x, lo, hi),)
+
+
+register(
+    OpDef(
+        name="clamp",
+        summary="min(max(x, min), max); a missing bound is not applied (min > max gives max)",
+        attrs=ClampAttrs,
+        infer=_unary_infer("clamp", "numeric", None),
+        verify=_clamp_verify,
+        reference=_clamp_ref,
+        category="elementwise",
+        operands=("x",),
+    )
+)
+
+
+@dataclass(frozen=True)
+class PowAttrs:
+    """``pow``: the scalar exponent of ``x ** exponent``."""
+
+    exponent: float = 2.0
+
+
+def _pow_verify(ins, a: PowAttrs) -> None:
+    if ins and not ins[0].dtype.is_float and not (a.exponent >= 0 and a.exponent == int(a.exponent)):
+        raise fail("pow", f"exponent {a.exponent} of an integer tensor must be a non-negative integer")
+
+
+def _pow_ref(ins, a: PowAttrs):
+    x = ins[0]
+    e = a.exponent if x.dtype.is_floating_point else int(a.exponent)
+    return (torch.pow(x, e),)
+
+
+register(
+    OpDef(
+        name="pow",
+        summary="x ** exponent (a scalar)",
+        attrs=PowAttrs,
+        infer=_unary_infer("pow", "numeric", None),
+        verify=_pow_verify,
+        reference=_pow_ref,
+        category="elementwise",
+        operands=("x",),
+    )
+)
+
+
+@dataclass(frozen=True)
+class CastAttrs:
+    """``cast``: the element type to convert to (floats to ints truncate toward zero)."""
+
+    dtype: DType = DType.f32
+
+
+register(
+    OpDef(
+        name="cast",
+        summary="convert the elements to another dtype (as Tensor.to)",
+        attrs=CastAttrs,
+        infer=lambda ins, a: (ins[0].with_dtype(a.dtype),),
+        reference=lambda ins, a: (ins[0].to(a.dtype.torch),),
+        category="elementwise",
+        operands=("x",),
+    )
+)
+
+# ----------------------------------------------------------------------------------- binary
+
+
+def _binary_infer(name: str, accepts: str, result: DType | None):
+    def infer(ins, a):
+        x, y = ins
+        require_same_dtype(name, ins)
+        _DTYPE_CHECK[accepts](name, x, "operands")
+        dtype = x.dtype if result is None else result
+        return (TensorType(broadcast_shapes(name, x.shape, y.shape), dtype),)
+
+    return infer
+
+
+def _binary(name: str, summary: str, fn, accepts: str = "numeric", result: DType | None = None) -> None:
+    register(
+        OpDef(
+            name=name,
+            summary=summary,
+            attrs=NoAttrs,
+            infer=_binary_infer(name, accepts, result),
+            reference=lambda ins, a: (fn(ins[0], ins[1]),),
+            min_inputs=2,
+            max_inputs=2,
+            category="elementwise",
+            operands=("x", "y"),
+        )
+    )
+
+
 _binary("add", "x + y with broadcasting", torch.add)
+_binary("sub", "x - y with broadcasting", torch.sub)
+_binary("mul", "x * y with broadcasting", torch.mul)
+_binary("div", "x / y with broadcasting (true division, floats only)", torch.div, accepts="float")
+_binary("maximum", "elementwise max(x, y) with broadcasting (NaN propagates)", torch.maximum)
+_binary("minimum", "elementwise min(x, y) with broadcasting (NaN propagates)", torch.minimum)
+_binary("eq", "x == y -> bool", torch.eq, accepts="any", result=DType.bool)
+_binary("ne", "x != y -> bool", torch.ne, accepts="any", result=DType.bool)
+_binary("lt", "x < y -> bool", torch.lt, accepts="numeric", result=DType.bool)
+_binary("le", "x <= y -> bool", torch.le, accepts="numeric", result=DType.bool)
+_binary("gt", "x > y -> bool", torch.gt, accepts="numeric", result=DType.bool)
+_binary("ge", "x >= y -> bool", torch.ge, accepts="numeric", result=DType.bool)
+_binary("logical_and", "(x != 0) and (y != 0) -> bool", torch.logical_and, accepts="any", result=DType.bool)
+_binary("logical_or", "(x != 0) or (y != 0) -> bool", torch.logical_or, accepts="any", result=DType.bool)
+
+
+def _where_infer(ins, a):
+    cond, x, y = ins
+    if cond.dtype != DType.bool:
+        raise fail("where", f"condition must be a bool tensor, got {cond.dtype.value}")
+    require_same_dtype("where", (x, y))
+    return (TensorType(broadcast_shapes("where", cond.shape, x.shape, y.shape), x.dtype),)
+
+
+register(
+    OpDef(
+        name="where",
+        summary="cond ? x : y, all three broadcast together",
+        attrs=NoAttrs,
+        infer=_where_infer,
+        reference=lambda ins, a: (torch.where(ins[0], ins[1], ins[2]),),
+        min_inputs=3,
+        max_inputs=3,
+        category="elementwise",
+        operands=("cond", "x", "y"),
+    )
+)
