@@ -1,0 +1,100 @@
+"""Loading target files: a preset name or a path to a TOML file -> a validated :class:`Target`."""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from npuc.errors import TargetError
+from npuc.targets.schema import TargetSchema
+from npuc.targets.target import (
+    AccumulatorConfig,
+    ArrayConfig,
+    ClockConfig,
+    DmaConfig,
+    DramConfig,
+    EnergyConfig,
+    ScratchpadConfig,
+    Target,
+    VectorConfig,
+)
+
+DEFAULT_TARGET = "npu-mid"
+
+_PRESETS = resources.files("npuc.targets") / "presets"
+
+
+def list_presets() -> list[str]:
+    """Names of the preset targets shipped with npuc, sorted."""
+    return sorted(p.name[: -len(".toml")] for p in _PRESETS.iterdir() if p.name.endswith(".toml"))
+
+
+def load_target(name_or_path: str | Path = DEFAULT_TARGET) -> Target:
+    """Load a preset by name (``"npu-mid"``) or a target file by path, validated and frozen."""
+    if isinstance(name_or_path, str) and name_or_path in list_presets():
+        return _load_preset(name_or_path)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise TargetError(
+            f"no target named '{name_or_path}': not a preset ({', '.join(list_presets())}) "
+            "and not a path to a .toml file"
+        )
+    return target_from_toml(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _load_preset(name: str) -> Target:
+    text = (_PRESETS / f"{name}.toml").read_text(encoding="utf-8")
+    return target_from_toml(text, f"preset '{name}' ({name}.toml)")
+
+
+def target_from_toml(text: str, source: str = "<string>") -> Target:
+    """Parse and validate the TOML text of a target file; ``source`` names it in errors."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TargetError(f"{source}: not valid TOML: {e}") from None
+    return target_from_dict(doc, source)
+
+
+def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
+    """Validate a parsed target document and build the frozen :class:`Target`."""
+    try:
+        s = TargetSchema.model_validate(doc)
+    except ValidationError as e:
+        raise TargetError(_describe(e, source)) from None
+    return Target(
+        name=s.name,
+        description=s.description,
+        array=ArrayConfig(s.array.rows, s.array.cols, tuple(s.array.dataflows), tuple(s.array.dtypes)),
+        scratchpad=ScratchpadConfig(**s.scratchpad.model_dump()),
+        accumulator=AccumulatorConfig(**s.accumulator.model_dump()),
+        vector=VectorConfig(**s.vector.model_dump()),
+        dma=DmaConfig(**s.dma.model_dump()),
+        dram=DramConfig(**s.dram.model_dump()),
+        clock=ClockConfig(mhz=float(s.clock.mhz)),
+        energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items()}),
+    )
+
+
+_PLAIN = {
+    "missing": "missing key",
+    "extra_forbidden": "unknown key",
+}
+
+
+def _describe(e: ValidationError, source: str) -> str:
+    """One line per problem: the file, the dotted key and the reason."""
+    lines = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = _PLAIN.get(err["type"], err["msg"].removeprefix("Value error, "))
+        if err["type"] not in _PLAIN and "input" in err and not isinstance(err["input"], dict):
+            reason += f" (got {err['input']!r})"
+        lines.append(f"{source}: key '{key}': {reason}")
+    head = f"invalid target file {source}" if len(lines) > 1 else ""
+    return "\n".join([head, *lines]) if head else lines[0]
