@@ -497,3 +497,12 @@ def test_writer_output_always_loads():
     io = IOTensor("y", TensorType((0,), DType.bool), 8192)  # empty tensor at the arena's end
     n = replace(io_signature=dataclasses.replace(example_npub().io_signature, inputs=(example_npub().io_signature.inputs[0], io)))
     assert load(n.to_bytes()) == n
+
+
+def test_container_for_another_preset_target_is_refused():
+    from npuc.targets import load_target
+
+    mid, small = load_target("npu-mid"), load_target("npu-small")
+    data = replace(target_name=mid.name, target_fingerprint=mid.fingerprint()).to_bytes()
+    assert load(data, expected_target=mid).target_name == "npu-mid"
+    rejected(data, "compiled for target 'npu-mid' .* not for target 'npu-small'", expected_target=small)
