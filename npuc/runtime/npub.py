@@ -115,6 +115,14 @@ class Npub:
     debug_map: tuple[tuple[DebugEntry, ...], ...] | None = None
     metadata: Metadata | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("code_segments", "segments", "cpu_fallback"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        if self.debug_map is not None:
+            object.__setattr__(self, "debug_map", tuple(tuple(e) for e in self.debug_map))
+
     def to_bytes(self) -> bytes:
         """The canonical encoding of this container (the same bytes every time)."""
         validate_npub(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from npuc.ir.types import DType, TensorType
 
@@ -90,6 +91,14 @@ ZERO_POINT_RANGE: dict[DType, tuple[int, int]] = {
 }
 
 
+def freeze_fields(obj: Any, *names: str) -> None:
+    """Turn list fields of a frozen record into tuples (so records built from lists compare equal)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, list):
+            object.__setattr__(obj, name, tuple(value))
+
+
 @dataclass(frozen=True)
 class Region:
     """A named range ``[offset, offset + size)`` of the DRAM arena."""
@@ -116,6 +125,9 @@ class MemoryPlan:
     regions: tuple[Region, ...]
     sram: tuple[SramUsage, ...]
 
+    def __post_init__(self) -> None:
+        freeze_fields(self, "regions", "sram")
+
 
 @dataclass(frozen=True)
 class IOTensor:
@@ -132,6 +144,9 @@ class IOSignature:
 
     inputs: tuple[IOTensor, ...]
     outputs: tuple[IOTensor, ...]
+
+    def __post_init__(self) -> None:
+        freeze_fields(self, "inputs", "outputs")
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,9 @@ class CpuSubgraph:
     graph_text: str
     bindings: tuple[CpuBinding, ...]
 
+    def __post_init__(self) -> None:
+        freeze_fields(self, "bindings")
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -173,6 +191,9 @@ class Segment:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        freeze_fields(self, "inputs", "outputs")
+
 
 @dataclass(frozen=True)
 class DebugEntry:
@@ -187,9 +208,14 @@ class DebugEntry:
 class Metadata:
     """What compiled the container and from which model.  Never a time stamp.
 
-    ``extra`` holds further ``(key, value)`` pairs, sorted by key, keys unique.
+    ``extra`` holds further ``(key, value)`` pairs, sorted by key, keys unique (a dict given
+    here is turned into its sorted items).
     """
 
     compiler_version: str
     model_name: str
     extra: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        extra = sorted(self.extra.items()) if isinstance(self.extra, dict) else self.extra
+        object.__setattr__(self, "extra", tuple(tuple(kv) for kv in extra))

@@ -299,3 +299,16 @@ def test_generated_containers_round_trip(n: Npub):
     loaded = load(data)
     assert loaded == n
     assert loaded.to_bytes() == data
+
+
+def test_records_built_from_lists_equal_the_loaded_tuples():
+    n = example_npub()
+    from_lists = dataclasses.replace(
+        n,
+        code_segments=list(n.code_segments),
+        segments=[dataclasses.replace(s, inputs=list(s.inputs)) for s in n.segments],
+        debug_map=[list(e) for e in n.debug_map],
+        metadata=Metadata("0.1.0", "tiny_cnn", {"quantization": "int8", "opt_level": "2"}),
+    )
+    assert from_lists == n
+    assert load(from_lists.to_bytes()) == n
