@@ -501,7 +501,8 @@ def _any_all(graph_op: str) -> Converter:
 
     def convert(ctx: ConvertContext, a: dict) -> Value:
         x = ctx.value(a["self"])
-        ones = ctx.cast(ctx.add("ne", (x, ctx.scalar(0, x.type.dtype.torch))), torch.float32)
+        nonzero = x if x.type.dtype.torch == torch.bool else ctx.add("ne", (x, ctx.scalar(0, x.type.dtype.torch)))
+        ones = ctx.cast(nonzero, torch.float32)
         dims = norm_dims(a.get("dim"), x.type.rank)
         reduced = ones if x.type.rank == 0 else ctx.add(graph_op, (ones,), dims=dims, keepdim=bool(a.get("keepdim", False)))
         return ctx.cast(reduced, torch.bool)

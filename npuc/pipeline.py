@@ -1,0 +1,182 @@
+"""The compiler's stages in order, and the runner that checks, prints and dumps them.
+
+A :class:`Stage` is a named pure function from one IR to the next, together with how that IR is
+verified, printed and dumped.  The graph passes are stages over :class:`~npuc.ir.graph.Graph`;
+later levels (lowering, scheduling, codegen) plug into :func:`run_stages` the same way, each with
+its own verifier and text form.
+
+::
+
+    torch.nn.Module + example inputs
+      import       npuc.frontend.import_graph           torch.export -> core ATen -> graph IR
+      graph passes GRAPH_PASSES, below                   each verified; printable and dumpable
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+import torch
+
+from npuc.errors import CompileError, VerifyError
+from npuc.ir.graph import Graph
+from npuc.ir.text import print_graph
+from npuc.ir.verify import verify
+from npuc.passes import canonicalize, cse, dce, fold_batchnorm, fold_constants
+
+GRAPH_PASSES: tuple[Callable[[Graph], Graph], ...] = (
+    canonicalize,     # drop identities, collapse reshape/permute chains, matmul+bias -> linear
+    fold_constants,   # evaluate all-constant nodes (weight transposes, mask arithmetic)
+    fold_batchnorm,   # batch norms into conv/linear weights, or a multiply-add
+    canonicalize,     # clean up what folding exposed (x * 1, x + 0, ...)
+    cse,              # merge repeated computations and bit-identical constants
+    dce,              # drop what nothing reads
+)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the compiler: ``run`` maps an IR to the next; the rest says how to check and show it.
+
+    ``verify`` raises on a malformed result, ``text`` gives its text form, ``manifest`` (optional)
+    describes the data that the text form only references (constants), ``suffix`` names dump files.
+    """
+
+    name: str
+    run: Callable[[Any], Any]
+    verify: Callable[[Any], Any]
+    text: Callable[[Any], str]
+    manifest: Callable[[Any], str] | None = None
+    suffix: str = ".txt"
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What happened in one stage: its name, its wall time in seconds and the size of its result."""
+
+    name: str
+    seconds: float
+    size: int
+
+
+@dataclass
+class RunOptions:
+    """How a pipeline run reports itself (the CLI's --print-after, --print-after-all, --dump-dir)."""
+
+    verify_each: bool = True
+    print_after: Sequence[str] = ()
+    print_after_all: bool = False
+    dump_dir: Path | str | None = None
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    records: list[StageRecord] | None = None
+
+
+def graph_stage(fn: Callable[[Graph], Graph]) -> Stage:
+    """A graph pass as a stage: verified by npuc.ir.verify, printed as .npuir text."""
+    return Stage(fn.__name__, fn, verify, print_graph, constants_manifest, ".npuir")
+
+
+def constants_manifest(g: Graph) -> str:
+    """JSON list of the graph's constants: name, dtype, shape, bytes and a content hash (no data)."""
+    rows = []
+    for name in sorted(g.constants):
+        t = g.constants[name]
+        data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        rows.append({
+            "name": name,
+            "dtype": str(t.dtype).replace("torch.", ""),
+            "shape": list(t.shape),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest()[:16],
+        })
+    return json.dumps(rows, indent=1) + "\n"
+
+
+def run_stages(ir: Any, stages: Sequence[Stage], opts: RunOptions, *, first_index: int = 1) -> Any:
+    """Run ``stages`` in order on ``ir``; verify, print and dump after each as ``opts`` asks."""
+    check_stage_names(opts.print_after, [s.name for s in stages])
+    dump_dir = Path(opts.dump_dir) if opts.dump_dir is not None else None
+    for i, stage in enumerate(stages, start=first_index):
+        start = time.perf_counter()
+        ir = stage.run(ir)
+        seconds = time.perf_counter() - start
+        if opts.verify_each:
+            try:
+                stage.verify(ir)
+            except VerifyError as e:
+                raise VerifyError(f"after stage {i} ({stage.name}): {e}") from e
+        if opts.records is not None:
+            opts.records.append(StageRecord(stage.name, seconds, _size(ir)))
+        if opts.print_after_all or stage.name in opts.print_after:
+            opts.out.write(f"// ----- IR after {stage.name} (stage {i}) -----\n{stage.text(ir)}")
+        if dump_dir is not None:
+            dump_stage(ir, stage, dump_dir, i)
+    return ir
+
+
+def dump_stage(ir: Any, stage: Stage, dump_dir: Path, index: int, name: str | None = None) -> None:
+    """Write ``NN-<stage><suffix>`` (and ``NN-<stage>.constants.json``) into ``dump_dir``."""
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    base = f"{index:02d}-{name or stage.name}"
+    (dump_dir / f"{base}{stage.suffix}").write_text(stage.text(ir))
+    if stage.manifest is not None:
+        (dump_dir / f"{base}.constants.json").write_text(stage.manifest(ir))
+
+
+def check_stage_names(names: Sequence[str], known: Sequence[str]) -> None:
+    """CompileError naming a --print-after stage that does not exist."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        listed = ", ".join(dict.fromkeys(known))
+        raise CompileError(f"no stage named {', '.join(map(repr, unknown))} to print after; the stages are: {listed}")
+
+
+def _size(ir: Any) -> int:
+    return len(ir.nodes) if isinstance(ir, Graph) else 0
+
+
+# ------------------------------------------------------------------------------ graph level
+
+
+def run_graph_passes(
+    g: Graph,
+    *,
+    verify_each: bool = True,
+    print_after: Sequence[str] = (),
+    print_after_all: bool = False,
+    dump_dir: Path | str | None = None,
+    out: TextIO | None = None,
+    records: list[StageRecord] | None = None,
+    passes: Sequence[Callable[[Graph], Graph]] = GRAPH_PASSES,
+) -> Graph:
+    """Run the graph passes on ``g``, verifying after each; print/dump stages as asked.
+
+    The imported graph itself is dumped as ``00-import.npuir`` and printed by ``--print-after-all``
+    or ``print_after=("import",)``.
+    """
+    opts = RunOptions(verify_each, tuple(print_after), print_after_all, dump_dir, out or sys.stdout, records)
+    stages = [graph_stage(p) for p in passes]
+    check_stage_names(opts.print_after, ["import"] + [s.name for s in stages])
+    if verify_each:
+        verify(g)
+    start = Stage("import", lambda x: x, verify, print_graph, constants_manifest, ".npuir")
+    if opts.print_after_all or "import" in opts.print_after:
+        opts.out.write(f"// ----- IR after import (stage 0) -----\n{print_graph(g)}")
+    if dump_dir is not None:
+        dump_stage(g, start, Path(dump_dir), 0)
+    opts.print_after = tuple(n for n in opts.print_after if n != "import")
+    return run_stages(g, stages, opts)
+
+
+def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | None = None, **runner_opts: Any) -> Graph:
+    """torch.export ``model`` on ``example_inputs``, import it and run the graph passes."""
+    from npuc.frontend import import_graph
+
+    g = import_graph(model, example_inputs, name=name)
+    return run_graph_passes(g, **runner_opts)
