@@ -2,7 +2,8 @@
 
 :func:`example_npub` describes a quantized CNN split in three steps: an NPU segment, a CPU
 fallback subgraph, a second NPU segment.  Its program bytes are placeholders (not instructions of
-the ISA), so load it with ``decode_code=no_code_check``.
+the ISA), so load it with ``decode_code=no_code_check``.  :func:`relu_npub` is a one-segment
+container whose program is real (it needs :mod:`npuc.isa`): y = relu(x) on 16 int8 values.
 """
 
 from __future__ import annotations
@@ -121,4 +122,31 @@ def example_npub() -> Npub:
         cpu_fallback=_cpu_fallback(),
         debug_map=_debug_map(),
         metadata=Metadata("0.1.0", "tiny_cnn", (("opt_level", "2"), ("quantization", "int8"))),
+    )
+
+
+RELU_PROGRAM = """
+DMA_LOAD esize=1 dram_addr=0x40 local_addr=0x0 n0=16 signal=compute
+VUN op=relu dtype=int8 n0=16 dst=0x100 src=0x0 wait=load signal=store
+DMA_STORE esize=1 dram_addr=0x80 local_addr=0x100 n0=16 wait=compute
+END
+"""
+
+
+def relu_npub() -> Npub:
+    """y = relu(x) for 16 int8 values, one NPU segment of real instructions (x at 0x40, y at 0x80)."""
+    from npuc.isa import assemble
+
+    t = TensorType((16,), DType.i8)
+    regions = (Region("input", RegionKind.IO, 0x40, 16), Region("output", RegionKind.IO, 0x80, 16))
+    return Npub(
+        target_name=EXAMPLE_TARGET,
+        target_fingerprint=EXAMPLE_FINGERPRINT,
+        code_segments=(assemble(RELU_PROGRAM).encode(),),
+        constants=b"",
+        memory_plan=MemoryPlan(0x100, regions, (SramUsage(0x110, 0),)),
+        io_signature=IOSignature((IOTensor("x", t, 0x40),), (IOTensor("y", t, 0x80),)),
+        segments=(Segment(SegmentKind.NPU, "npu0", 0, ("x",), ("y",)),),
+        debug_map=((DebugEntry(0, "input"), DebugEntry(1, "relu", "model.py:3"), DebugEntry(2, "output")),),
+        metadata=Metadata("0.1.0", "relu16"),
     )

@@ -83,18 +83,22 @@ def test_watchdog_stops_a_hanging_case():
             time.sleep(5)
 
 
-def outcome(data: bytes) -> str:
+def outcome(data: bytes, decode_code=no_code_check) -> str:
     """Load ``data``; return 'loaded' or where the error was raised.  Other exceptions propagate."""
+    return _outcome_and_npub(data, decode_code)[0]
+
+
+def _outcome_and_npub(data: bytes, decode_code) -> tuple[str, Npub | None]:
     with watchdog(WATCHDOG_S):
         try:
-            n = load_npub(data, decode_code=no_code_check)
+            n = load_npub(data, decode_code=decode_code)
         except NpucError as e:
-            return _where(str(e))
+            return _where(str(e)), None
     if struct.unpack_from("<HH", data, 8) == FORMAT_VERSION:
         assert n.to_bytes() == data, "a loaded container re-encodes to other bytes"
     else:
-        assert load_npub(n.to_bytes(), decode_code=no_code_check) == n
-    return "loaded"
+        assert load_npub(n.to_bytes(), decode_code=decode_code) == n
+    return "loaded", n
 
 
 def _where(msg: str) -> str:
@@ -267,7 +271,12 @@ def test_fuzz_header_rewrites():
 
 def mutate_payload(b: int, which: int, op: str, pos: int, value: int, extra: bytes) -> bytes:
     """Mutate one section payload and reassemble the container with every checksum right."""
-    c = split_container(BASES[b])
+    return mutate_section(BASES[b], which, op, pos, value, extra)
+
+
+def mutate_section(data: bytes, which: int, op: str, pos: int, value: int, extra: bytes) -> bytes:
+    """Mutate payload ``which`` of ``data`` (see :func:`mutate_payload`)."""
+    c = split_container(data)
     i = which % len(c.sections)
     p = bytearray(c.sections[i].payload)
     at = pos % (len(p) + 1)
@@ -287,10 +296,41 @@ def mutate_payload(b: int, which: int, op: str, pos: int, value: int, extra: byt
     return assemble(dataclasses.replace(c, sections=tuple(sections)))
 
 
+_PAYLOAD_OPS = st.sampled_from(["flip", "u8", "u32", "u64", "insert", "delete", "truncate"])
+_PAYLOAD_ARGS = (_PAYLOAD_OPS, st.integers(0, 2**12), _value.map(abs), st.binary(min_size=1, max_size=9))
+
+
 def test_fuzz_payload_mutations():
-    ops = st.sampled_from(["flip", "u8", "u32", "u64", "insert", "delete", "truncate"])
-    args = st.tuples(_base, st.integers(0, 15), ops, st.integers(0, 2**12), _value.map(abs), st.binary(min_size=1, max_size=9))
+    args = st.tuples(_base, st.integers(0, 15), *_PAYLOAD_ARGS)
     seen = run_cases(args, 5000, mutate_payload)
     deep = {w for w in seen if w.endswith(" section")}
     assert len(deep) >= 6, deep  # the decoders and checks of most section kinds were reached
     assert seen["loaded"]  # some mutations give another valid container (a changed name, ...)
+
+
+# ------------------------------------------------------------------- real programs of the ISA
+
+
+def test_fuzz_real_programs():
+    """Mutated containers whose code is a real program, loaded with the ISA's decoder."""
+    isa = pytest.importorskip("npuc.isa")
+    if not hasattr(isa, "decode_program"):
+        pytest.skip("npuc.isa has no decode_program yet")
+    from npuc.runtime.npub_example import relu_npub
+
+    base = relu_npub().to_bytes()
+    code_first = st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5, 6, 7])  # CODE is section 0
+
+    def mutate_real(which: int, op: str, pos: int, value: int, extra: bytes) -> bytes:
+        return mutate_section(base, which, op, pos, value, extra)
+
+    seen: collections.Counter = collections.Counter()
+
+    @settings(max_examples=1500, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.tuples(code_first, *_PAYLOAD_ARGS))
+    def case(args):
+        seen[_outcome_and_npub(mutate_real(*args), None)[0]] += 1
+
+    case()
+    print(f"\nreal programs: {sum(seen.values())} cases: {dict(sorted(seen.items()))}")
+    assert seen["CODE section"] > 300 and seen["loaded"]

@@ -312,3 +312,43 @@ def test_records_built_from_lists_equal_the_loaded_tuples():
     )
     assert from_lists == n
     assert load(from_lists.to_bytes()) == n
+
+
+# ------------------------------------------------------------------------ real ISA programs
+
+
+def _isa():
+    isa = pytest.importorskip("npuc.isa")
+    if not hasattr(isa, "decode_program"):
+        pytest.skip("npuc.isa has no decode_program yet")
+    return isa
+
+
+def test_real_program_is_decoded_by_default():
+    _isa()
+    from npuc.runtime.npub_example import relu_npub
+
+    n = relu_npub()
+    assert load_npub(n.to_bytes()) == n
+
+
+def test_debug_map_past_the_real_program_is_refused_by_default():
+    _isa()
+    from npuc.runtime.npub_example import relu_npub
+
+    n = dataclasses.replace(relu_npub(), debug_map=((DebugEntry(0, "a"), DebugEntry(4, "b")),))
+    with pytest.raises(BinaryFormatError, match="names instruction 4, but the program has 4"):
+        load_npub(n.to_bytes())
+
+
+def test_malformed_real_program_is_refused_by_default():
+    _isa()
+    from npuc.runtime.npub_example import relu_npub
+
+    n = relu_npub()
+    bad = bytearray(n.code_segments[0])
+    bad[32] = 0xFF  # the opcode byte of instruction 1
+    data = dataclasses.replace(n, code_segments=(bytes(bad),)).to_bytes()
+    with pytest.raises(BinaryFormatError, match=r"^f\.npub: CODE section: program 0 is not a valid instruction stream"):
+        load_npub(data, source="f.npub")
+    assert load_npub(data, decode_code=no_code_check).code_segments == (bytes(bad),)
