@@ -1,0 +1,274 @@
+"""Array instructions: stationary weights, weight-stationary and output-stationary matmuls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuc.errors import SimulationError
+from npuc.isa.actions import memory_actions
+from npuc.isa.enums import DType, Mem, Queue, Unit
+from npuc.isa.fields import addr, choice, count, flag, uint
+from npuc.isa.instr import InstrDef, register
+from npuc.isa.numerics import wrap_int32
+from npuc.isa.region import Region
+from npuc.isa.widths import LOCAL_ADDR_BITS
+
+_ARRAY_DTYPES = (DType.int8, DType.fp16)
+
+
+def _dtype_field():
+    return choice("dtype", 3, DType, "operand type: int8 (int32 accumulators) or fp16 (fp32 accumulators)", default=DType.int8)
+
+
+def _validate_dtype(a) -> str | None:
+    if a.dtype not in _ARRAY_DTYPES:
+        return f"the array multiplies int8 or fp16, not {a.dtype.name}"
+    return None
+
+
+def _acc_dtype(dt: DType) -> np.dtype:
+    return np.dtype("<i4") if dt is DType.int8 else np.dtype("<f4")
+
+
+def _dtype_problem(a, target) -> str | None:
+    if a.dtype.name not in target.array.dtypes:
+        return f"target '{target.name}' has no {a.dtype.name} MACs (array.dtypes = {list(target.array.dtypes)})"
+    return None
+
+
+def _fits(what: str, value: int, limit: int, dim: str, target) -> str | None:
+    if value > limit:
+        return f"{what} = {value} exceeds the {limit} {dim} of target '{target.name}''s array"
+    return None
+
+
+def _dataflow_problem(dataflow: str, target) -> str | None:
+    if not target.supports_dataflow(dataflow):
+        return f"target '{target.name}' has no {dataflow} dataflow (array.dataflows = {list(target.array.dataflows)})"
+    return None
+
+
+def _product(x: np.ndarray, w: np.ndarray, dt: DType) -> np.ndarray:
+    """x (M x K) @ w (K x N): exact int64 for int8 (through float64, exact below 2^53), fp32 for fp16."""
+    if dt is DType.int8:
+        return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+    return x.astype(np.float32) @ w.astype(np.float32)
+
+
+def _accumulate(st, out: Region, prod: np.ndarray, dt: DType, accumulate: bool) -> None:
+    """Write (or add) a product into ACC: int32 wrapping for int8, fp32 for fp16."""
+    if accumulate:
+        prod = prod + (st.read(out).astype(np.int64) if dt is DType.int8 else st.read(out))
+    st.write(out, wrap_int32(prod) if dt is DType.int8 else prod.astype(np.float32))
+
+
+def _matmul_actions(macs: int, dt: DType, target, regions):
+    key = "macs_int8" if dt is DType.int8 else "macs_fp16"
+    return memory_actions(regions, target.dma.burst_bytes, **{key: macs})
+
+
+# ------------------------------------------------------------------------ LOAD_WEIGHTS
+def _lw_region(a) -> tuple[Region, ...]:
+    return (Region(Mem.spad, a.addr, (a.k, a.n), (a.s_k, a.s_n), a.dtype.np, "r", "weights"),)
+
+
+def _lw_execute(st, a, regions) -> None:
+    st.weights = st.read(regions[0])
+    st.weights_dtype = a.dtype
+
+
+def _lw_check(a, target) -> str | None:
+    return (
+        _dataflow_problem("weight_stationary", target)
+        or _dtype_problem(a, target)
+        or _fits("k", a.k, target.array.rows, "rows", target)
+        or _fits("n", a.n, target.array.cols, "columns", target)
+    )
+
+
+def _lw_timing(a, target, regions) -> tuple[int, int]:
+    return max(a.k, -(-regions[0].nbytes // target.spad_bytes_per_cycle)), 0
+
+
+register(
+    InstrDef(
+        name="LOAD_WEIGHTS",
+        opcode=0x20,
+        queue=Queue.compute,
+        unit=Unit.wload,
+        summary="Load a K x N weight tile from the scratchpad into the array (weight-stationary).",
+        fields=(
+            _dtype_field(),
+            addr("addr", LOCAL_ADDR_BITS, "scratchpad byte address of weight (0, 0)"),
+            count("k", "rows of the tile (reduction dimension), at most array.rows"),
+            count("n", "columns of the tile (output channels), at most array.cols"),
+            uint("s_n", 16, "byte stride between weights (k, n) and (k, n+1)", default=lambda v: v["dtype"].size),
+            uint("s_k", 24, "byte stride between weights (k, n) and (k+1, n)", default=lambda v: v["n"] * v["s_n"]),
+        ),
+        regions=_lw_region,
+        execute=_lw_execute,
+        timing=_lw_timing,
+        actions=lambda a, t, r: memory_actions(r, t.dma.burst_bytes),
+        check=_lw_check,
+        validate=_validate_dtype,
+        semantics_doc="The array's stationary weights become W[k][n] = SPAD[addr + k*s_k + n*s_n] "
+        "(K x N of `dtype`). Swapping the strides (s_k = element size, s_n = row bytes) loads a "
+        "tile stored transposed (N x K). The array holds two weight buffers: the load fills the "
+        "idle one, and later MATMULs use it.",
+        timing_doc="busy = max(k, ceil(k x n x element size / scratchpad bytes per cycle)) cycles "
+        "on the weight loader (one tile row shifted in per cycle). It may start as soon as the "
+        "MATMUL before it on the compute queue has started (double-buffered weights), so weight "
+        "loading overlaps the previous tile's compute.",
+        energy_doc="Scratchpad bytes read: k x n x element size.",
+    )
+)
+
+
+# ------------------------------------------------------------------------ MATMUL (weight-stationary)
+def _mm_regions(a) -> tuple[Region, ...]:
+    es = a.dtype.size
+    inp = Region(Mem.spad, a.in_addr, (a.m1, a.m0, a.k), (a.in_s1, a.in_s0, es), a.dtype.np, "r", "in")
+    out = Region(Mem.acc, a.out_addr, (a.m1, a.m0, a.n), (a.out_s1, a.out_s0, 4), _acc_dtype(a.dtype), "rw" if a.acc else "w", "out")
+    return inp, out
+
+
+def _mm_execute(st, a, regions) -> None:
+    inp, out = regions
+    if st.weights is None:
+        raise SimulationError("MATMUL with no stationary weights loaded (use LOAD_WEIGHTS first)")
+    if st.weights_dtype is not a.dtype or st.weights.shape != (a.k, a.n):
+        raise SimulationError(
+            f"MATMUL expects {a.k} x {a.n} {a.dtype.name} weights, but the array holds "
+            f"{st.weights.shape[0]} x {st.weights.shape[1]} {st.weights_dtype.name} weights"
+        )
+    x = st.read(inp).reshape(-1, a.k)
+    prod = _product(x, st.weights, a.dtype).reshape(a.m1, a.m0, a.n)
+    _accumulate(st, out, prod, a.dtype, bool(a.acc))
+
+
+def _mm_check(a, target) -> str | None:
+    return (
+        _dataflow_problem("weight_stationary", target)
+        or _dtype_problem(a, target)
+        or _fits("k", a.k, target.array.rows, "rows", target)
+        or _fits("n", a.n, target.array.cols, "columns", target)
+    )
+
+
+def _mm_timing(a, target, regions) -> tuple[int, int]:
+    m = a.m0 * a.m1
+    stream = max(m, -(-regions[0].nbytes // target.spad_bytes_per_cycle))
+    return stream + target.array.rows + a.n - 2, 0
+
+
+register(
+    InstrDef(
+        name="MATMUL",
+        opcode=0x21,
+        queue=Queue.compute,
+        unit=Unit.array,
+        summary="Stream M input rows through the stationary weights: M x K times K x N into ACC.",
+        fields=(
+            _dtype_field(),
+            flag("acc", "1: add to the accumulators, 0: overwrite them"),
+            count("k", "reduction length; must equal the loaded tile's k"),
+            count("n", "output columns; must equal the loaded tile's n"),
+            addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input row (0, 0)"),
+            count("m0", "input rows in the inner row loop"),
+            count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
+            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=lambda v: v["k"] * v["dtype"].size),
+            uint("in_s1", 24, "byte stride between inner loops of input rows", default=lambda v: v["m0"] * v["in_s0"]),
+            addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
+            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=lambda v: v["n"] * 4),
+            uint("out_s1", 24, "byte stride between inner loops of output rows", default=lambda v: v["m0"] * v["out_s0"]),
+        ),
+        regions=_mm_regions,
+        execute=_mm_execute,
+        timing=_mm_timing,
+        actions=lambda a, t, r: _matmul_actions(a.m0 * a.m1 * a.k * a.n, a.dtype, t, r),
+        check=_mm_check,
+        validate=_validate_dtype,
+        semantics_doc="For i1 < m1, i0 < m0, n < N: with X[i1][i0][k] = SPAD[in_addr + i1*in_s1 + "
+        "i0*in_s0 + k*esize], P = sum over k of X[i1][i0][k] * W[k][n] (W: the stationary weights, "
+        "which must be k x n of `dtype`); ACC[out_addr + i1*out_s1 + i0*out_s0 + 4n] = P, or += P "
+        "when `acc` = 1. int8: products and sums exact, the accumulator add wraps in int32. fp16: "
+        "products exact in fp32, sums in fp32. The two-level row loop lets one MATMUL walk a "
+        "convolution window over a 2-D output (in_s0 = horizontal step, in_s1 = row step).",
+        timing_doc="busy = max(M, ceil(M x k x esize / scratchpad bytes per cycle)) + array.rows + "
+        "n - 2 cycles on the array, M = m0 x m1: inputs enter skewed, partial sums run down all "
+        "array.rows rows to the accumulators, the last column is reached after n - 1 cycles. "
+        "Consecutive MATMULs are not pipelined into each other (each pays the fill and drain).",
+        energy_doc="MACs: M x k x n (int8 or fp16). Scratchpad bytes read: M x k x esize. "
+        "Accumulator bytes written: M x n x 4 (also read when `acc` = 1).",
+    )
+)
+
+
+# ------------------------------------------------------------------------ MATMUL_OS (output-stationary)
+def _os_regions(a) -> tuple[Region, ...]:
+    es = a.dtype.size
+    inp = Region(Mem.spad, a.in_addr, (a.m, a.k), (a.in_s, es), a.dtype.np, "r", "in")
+    w = Region(Mem.spad, a.w_addr, (a.k, a.n), (a.w_s, es), a.dtype.np, "r", "w")
+    out = Region(Mem.acc, a.out_addr, (a.m, a.n), (a.out_s, 4), _acc_dtype(a.dtype), "rw" if a.acc else "w", "out")
+    return inp, w, out
+
+
+def _os_execute(st, a, regions) -> None:
+    inp, w, out = regions
+    prod = _product(st.read(inp), st.read(w), a.dtype)
+    _accumulate(st, out, prod, a.dtype, bool(a.acc))
+    st.weights, st.weights_dtype = None, None  # the PEs' registers held outputs
+
+
+def _os_check(a, target) -> str | None:
+    return (
+        _dataflow_problem("output_stationary", target)
+        or _dtype_problem(a, target)
+        or _fits("m", a.m, target.array.rows, "rows", target)
+        or _fits("n", a.n, target.array.cols, "columns", target)
+    )
+
+
+def _os_timing(a, target, regions) -> tuple[int, int]:
+    streamed = regions[0].nbytes + regions[1].nbytes
+    stream = max(a.k, -(-streamed // target.spad_bytes_per_cycle))
+    return stream + a.m + a.n - 2 + target.array.rows, 0
+
+
+register(
+    InstrDef(
+        name="MATMUL_OS",
+        opcode=0x22,
+        queue=Queue.compute,
+        unit=Unit.array,
+        summary="Output-stationary M x K times K x N (M <= rows, N <= cols, any K) into ACC.",
+        fields=(
+            _dtype_field(),
+            flag("acc", "1: add to the accumulators, 0: overwrite them"),
+            count("m", "output rows, at most array.rows"),
+            count("k", "reduction length (streamed, any length)"),
+            count("n", "output columns, at most array.cols"),
+            addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input (0, 0)"),
+            uint("in_s", 24, "byte stride between input rows", default=lambda v: v["k"] * v["dtype"].size),
+            addr("w_addr", LOCAL_ADDR_BITS, "scratchpad byte address of weight (0, 0)"),
+            uint("w_s", 24, "byte stride between weight rows (k)", default=lambda v: v["n"] * v["dtype"].size),
+            addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output (0, 0)"),
+            uint("out_s", 24, "byte stride between output rows", default=lambda v: v["n"] * 4),
+        ),
+        regions=_os_regions,
+        execute=_os_execute,
+        timing=_os_timing,
+        actions=lambda a, t, r: _matmul_actions(a.m * a.k * a.n, a.dtype, t, r),
+        check=_os_check,
+        validate=_validate_dtype,
+        semantics_doc="ACC[out_addr + i*out_s + 4n] (=, or += when `acc` = 1) sum over k of "
+        "SPAD[in_addr + i*in_s + k*esize] * SPAD[w_addr + k*w_s + n*esize], with the same "
+        "arithmetic as MATMUL. The processing elements hold the outputs, so the array's "
+        "stationary weights are lost: a later MATMUL needs a new LOAD_WEIGHTS.",
+        timing_doc="busy = max(k, ceil((m + n) x k x esize / scratchpad bytes per cycle)) + m + n "
+        "- 2 + array.rows cycles on the array: both operands stream in skewed for k steps, then "
+        "the outputs drain through the rows.",
+        energy_doc="MACs: m x k x n. Scratchpad bytes read: (m + n) x k x esize. Accumulator "
+        "bytes written: m x n x 4 (also read when `acc` = 1).",
+    )
+)

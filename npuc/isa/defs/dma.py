@@ -1,0 +1,120 @@
+"""DMA instructions: strided 3-D copies between DRAM and the scratchpad or accumulator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuc.isa.actions import memory_actions
+from npuc.isa.defs.common import mem_of
+from npuc.isa.enums import Mem, Queue, Space, Unit
+from npuc.isa.fields import addr, choice, count, esize, uint
+from npuc.isa.instr import InstrDef, register
+from npuc.isa.region import Region
+from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
+
+_RAW = {1: np.dtype(np.uint8), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
+
+
+def _fields(local_doc: str):
+    return (
+        choice("local", 1, Space, local_doc, default=Space.spad),
+        esize("esize", "element size in bytes (1, 2 or 4)"),
+        addr("dram_addr", DRAM_ADDR_BITS, "DRAM byte address of element (0, 0, 0)"),
+        addr("local_addr", LOCAL_ADDR_BITS, "scratchpad/accumulator byte address of element (0, 0, 0)"),
+        count("n0", "elements per row (innermost dimension)"),
+        count("n1", "rows per plane", default=1),
+        count("n2", "planes (outermost dimension)", default=1),
+        uint("dram_s0", 20, "DRAM byte stride between elements of a row", default=lambda v: v["esize"]),
+        uint("dram_s1", 32, "DRAM byte stride between rows", default=lambda v: v["n0"] * v["dram_s0"]),
+        uint("dram_s2", 32, "DRAM byte stride between planes", default=lambda v: v["n1"] * v["dram_s1"]),
+        uint("local_s1", 24, "local byte stride between rows (elements of a row are contiguous)", default=lambda v: v["n0"] * v["esize"]),
+        uint("local_s2", 24, "local byte stride between planes", default=lambda v: v["n1"] * v["local_s1"]),
+    )
+
+
+def _dram_region(a, access: str) -> Region:
+    return Region(Mem.dram, a.dram_addr, (a.n2, a.n1, a.n0), (a.dram_s2, a.dram_s1, a.dram_s0), _RAW[a.esize], access, "dram")
+
+
+def _local_region(a, access: str) -> Region:
+    return Region(
+        mem_of(a.local), a.local_addr, (a.n2, a.n1, a.n0), (a.local_s2, a.local_s1, a.esize), _RAW[a.esize], access, "local"
+    )
+
+
+def _validate(a) -> str | None:
+    if a.local is Space.acc and a.esize != 4:
+        return "transfers to or from ACC move 32-bit words: esize must be 4"
+    return None
+
+
+def _timing(a, target, regions) -> tuple[int, int]:
+    dram = next(r for r in regions if r.mem is Mem.dram)
+    moved = dram.burst_bytes(target.dma.burst_bytes)
+    return -(-moved // target.dma.bytes_per_cycle), target.dma.latency_cycles
+
+
+def _actions(a, target, regions):
+    return memory_actions(regions, target.dma.burst_bytes)
+
+
+def _copy(st, a, regions) -> None:
+    src, dst = (r for r in regions if r.reads), (r for r in regions if r.writes)
+    st.write(next(dst), st.read(next(src)))
+
+
+_TIMING_DOC = (
+    "The DRAM side is cut into contiguous runs (dimensions merged from the innermost while their "
+    "stride equals the bytes spanned so far); each run is rounded up to whole `dma.burst_bytes` "
+    "bursts. busy = ceil(burst bytes / dma.bytes_per_cycle) cycles on the DRAM port (shared by "
+    "the load and store queues), then `dma.latency_cycles` of latency before the data is "
+    "complete. Transfers are pipelined: the next DMA of the same queue may start when the port "
+    "is free, before this one completes."
+)
+_ENERGY_DOC = (
+    "DRAM bytes: the burst-rounded bytes above; scratchpad or accumulator bytes: n0 x n1 x n2 x esize."
+)
+
+register(
+    InstrDef(
+        name="DMA_LOAD",
+        opcode=0x10,
+        queue=Queue.load,
+        unit=Unit.dma,
+        summary="Copy a strided 3-D block from DRAM into the scratchpad or the accumulator.",
+        fields=_fields("memory written: spad or acc"),
+        regions=lambda a: (_dram_region(a, "r"), _local_region(a, "w")),
+        execute=_copy,
+        timing=_timing,
+        actions=_actions,
+        validate=_validate,
+        semantics_doc="For every (i2, i1, i0) < (n2, n1, n0): the `esize` bytes at DRAM "
+        "`dram_addr + i2*dram_s2 + i1*dram_s1 + i0*dram_s0` are copied to `local` at "
+        "`local_addr + i2*local_s2 + i1*local_s1 + i0*esize`. A DRAM-side `dram_s0` different "
+        "from `esize` gathers (a transpose, a channel slice); a DRAM stride of 0 repeats data.",
+        timing_doc=_TIMING_DOC,
+        energy_doc=_ENERGY_DOC,
+    )
+)
+
+register(
+    InstrDef(
+        name="DMA_STORE",
+        opcode=0x11,
+        queue=Queue.store,
+        unit=Unit.dma,
+        summary="Copy a strided 3-D block from the scratchpad or the accumulator to DRAM.",
+        fields=_fields("memory read: spad or acc"),
+        regions=lambda a: (_local_region(a, "r"), _dram_region(a, "w")),
+        execute=_copy,
+        timing=_timing,
+        actions=_actions,
+        validate=_validate,
+        semantics_doc="The reverse of DMA_LOAD: element (i2, i1, i0) of the local block "
+        "(`local_addr + i2*local_s2 + i1*local_s1 + i0*esize`) is written to DRAM at "
+        "`dram_addr + i2*dram_s2 + i1*dram_s1 + i0*dram_s0`. The DRAM block must not write an "
+        "address twice.",
+        timing_doc=_TIMING_DOC,
+        energy_doc=_ENERGY_DOC,
+    )
+)

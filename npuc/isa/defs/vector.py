@@ -1,0 +1,418 @@
+"""Vector unit instructions: elementwise, lookup table, requantization, conversion, reductions,
+pooling windows and fills, on 2-D strided operands in the scratchpad or the accumulator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuc.errors import SimulationError
+from npuc.isa.defs.common import (
+    VECTOR_TIMING_DOC,
+    acc_operand_problem,
+    float_problem,
+    mem_of,
+    operand,
+    region2d,
+    vector_actions,
+    vector_timing,
+)
+from npuc.isa.enums import BinOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
+from npuc.isa.fields import addr, choice, count, f32, flag, sint, uint
+from npuc.isa.instr import InstrDef, register
+from npuc.isa.numerics import requantize, to_dtype, unary, widen
+from npuc.isa.region import Region
+from npuc.isa.widths import LOCAL_ADDR_BITS
+
+
+def _es(key: str):
+    return lambda v: v[key].size
+
+
+def _counts():
+    return (count("n0", "elements per row (inner loop)"), count("n1", "rows (outer loop)", default=1))
+
+
+def _dtype(name: str = "dtype", doc: str = "element type of every operand"):
+    return choice(name, 3, DType, doc)
+
+
+def _vector(name, opcode, summary, fields, regions, execute, lane_ops, semantics, energy, check=None, validate=None):
+    """Register a vector-unit instruction with the shared timing and energy rules."""
+    register(
+        InstrDef(
+            name=name,
+            opcode=opcode,
+            queue=Queue.compute,
+            unit=Unit.vector,
+            summary=summary,
+            fields=tuple(fields),
+            regions=regions,
+            execute=execute,
+            timing=lambda a, t, r: vector_timing(lane_ops(a), t, r),
+            actions=lambda a, t, r: vector_actions(lane_ops(a), t, r),
+            check=check or (lambda a, t: None),
+            validate=validate or (lambda a: None),
+            semantics_doc=semantics,
+            timing_doc=VECTOR_TIMING_DOC,
+            energy_doc=energy,
+        )
+    )
+
+
+_RW_DOC = "Scratchpad/accumulator bytes read and written by the operands"
+
+# ------------------------------------------------------------------------------------ VBIN
+_BIN = {
+    BinOp.add: np.add,
+    BinOp.sub: np.subtract,
+    BinOp.mul: np.multiply,
+    BinOp.max: np.maximum,
+    BinOp.min: np.minimum,
+}
+
+
+def _vbin_exec(st, a, regions) -> None:
+    x, y, dst = regions
+    st.write(dst, to_dtype(_BIN[a.op](widen(st.read(x)), widen(st.read(y))), a.dtype))
+
+
+_vector(
+    "VBIN",
+    0x30,
+    "Elementwise binary op (add, sub, mul, max, min) with broadcasting by zero strides.",
+    [
+        choice("op", 3, BinOp, "the operation"),
+        _dtype(),
+        *_counts(),
+        *operand("dst", "the result", _es("dtype")),
+        *operand("a", "the first operand", _es("dtype")),
+        *operand("b", "the second operand", _es("dtype")),
+    ],
+    lambda a: (region2d(a, "a", a.dtype, "r"), region2d(a, "b", a.dtype, "r"), region2d(a, "dst", a.dtype, "w")),
+    _vbin_exec,
+    lambda a: a.n0 * a.n1,
+    "dst[i1][i0] = a[i1][i0] op b[i1][i0] for i1 < n1, i0 < n0, element (i1, i0) of an operand "
+    "at `addr + i1*s1 + i0*s0`. Integers: exact, then saturated to `dtype` (int32 included). "
+    "Floats: computed in fp32, rounded to nearest even. A per-channel vector is broadcast with "
+    "b_s1 = 0; a per-row scalar (a row max, a row sum) with b_s0 = 0.",
+    f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype, "a": a.dtype, "b": a.dtype}),
+)
+
+
+# ------------------------------------------------------------------------------------ VUN
+def _vun_exec(st, a, regions) -> None:
+    src, dst = regions
+    st.write(dst, to_dtype(unary(a.op, widen(st.read(src)), a.imm0, a.imm1), a.dtype))
+
+
+def _vun_validate(a) -> str | None:
+    if a.op.float_only and not a.dtype.is_float:
+        return f"op {a.op.name} needs a floating-point dtype (int8 activations use LUT), not {a.dtype.name}"
+    if a.op is UnOp.clamp and not a.imm0 <= a.imm1:
+        return f"clamp needs imm0 <= imm1, got {a.imm0} > {a.imm1}"
+    return acc_operand_problem(a, {"dst": a.dtype, "src": a.dtype})
+
+
+_vector(
+    "VUN",
+    0x31,
+    "Elementwise unary op: copy, relu, clamp, neg, abs, add/mul by an immediate, and fp activations.",
+    [
+        choice("op", 5, UnOp, "the operation"),
+        _dtype(),
+        *_counts(),
+        *operand("dst", "the result", _es("dtype")),
+        *operand("src", "the input", _es("dtype")),
+        f32("imm0", "immediate: clamp lower bound, adds/muls operand"),
+        f32("imm1", "immediate: clamp upper bound"),
+    ],
+    lambda a: (region2d(a, "src", a.dtype, "r"), region2d(a, "dst", a.dtype, "w")),
+    _vun_exec,
+    lambda a: a.n0 * a.n1 * a.op.lane_ops,
+    "dst = f(src) elementwise. copy: x; relu: max(x, 0); clamp: min(max(x, imm0), imm1); neg: -x; "
+    "abs: |x|; adds: x + imm0; muls: x * imm0; then, floats only: exp, sigmoid 1/(1+e^-x), tanh, "
+    "gelu x/2 (1 + erf(x/sqrt 2)) (erf by Abramowitz & Stegun 7.1.26), gelu_tanh, silu x sigmoid(x), "
+    "hardswish x relu6(x+3)/6, hardsigmoid relu6(x+3)/6, rsqrt, reciprocal, sqrt. Floats are "
+    "computed in fp32 and rounded to `dtype`; integers exactly (immediates as real numbers), then "
+    "rounded half to even and saturated.",
+    "Lane-ops: n0 x n1 x the op's cost (1 for simple ops; exp 4, sigmoid 6, tanh 6, gelu 8, "
+    f"gelu_tanh 8, silu 7, hardswish 3, hardsigmoid 2, rsqrt 4, reciprocal 4, sqrt 4). {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=_vun_validate,
+)
+
+
+# ------------------------------------------------------------------------------------ LUT
+def _lut_exec(st, a, regions) -> None:
+    src, table, dst = regions
+    x = st.read(src).astype(np.int16) + 128
+    st.write(dst, st.read(table)[x])
+
+
+_vector(
+    "LUT",
+    0x32,
+    "int8 -> int8 through a 256-entry table in the scratchpad (int8 activations).",
+    [
+        *_counts(),
+        *operand("dst", "the result (int8)", lambda v: 1),
+        *operand("src", "the input (int8)", lambda v: 1),
+        addr("table", LOCAL_ADDR_BITS, "scratchpad byte address of the 256-byte table"),
+    ],
+    lambda a: (
+        region2d(a, "src", DType.int8, "r"),
+        Region(Mem.spad, a.table, (256,), (1,), DType.int8.np, "r", "table"),
+        region2d(a, "dst", DType.int8, "w"),
+    ),
+    _lut_exec,
+    lambda a: a.n0 * a.n1,
+    "dst = table[src + 128]: entry j of the table (SPAD[table + j], int8) is the output for the "
+    "input value j - 128. The compiler fills the table with any int8 -> int8 function (a "
+    "quantized sigmoid, tanh, gelu, ...).",
+    f"Lane-ops: n0 x n1. {_RW_DOC} (the whole 256-byte table counts as read).",
+    validate=lambda a: acc_operand_problem(a, {"dst": DType.int8, "src": DType.int8}),
+)
+
+
+# ------------------------------------------------------------------------------------ REQUANT
+def _rq_regions(a):
+    q_rows = a.n0 if a.per_channel else 1
+    return (
+        region2d(a, "src", DType.int32, "r"),
+        Region(Mem.spad, a.qparams, (q_rows, 2), (8, 4), DType.int32.np, "r", "qparams"),
+        region2d(a, "dst", DType.int8, "w"),
+    )
+
+
+def _rq_exec(st, a, regions) -> None:
+    src, q, dst = regions
+    qp = st.read(q).astype(np.int64)
+    mult, shift = qp[:, 0], qp[:, 1]
+    if (mult < 0).any() or (np.abs(shift) > 31).any():
+        bad = int(np.flatnonzero((mult < 0) | (np.abs(shift) > 31))[0])
+        raise SimulationError(
+            f"REQUANT parameters of channel {bad} are invalid: multiplier {mult[bad]} must be "
+            f">= 0 and shift {shift[bad]} in [-31, 31]"
+        )
+    st.write(dst, requantize(st.read(src), mult[None, :], shift[None, :], a.zp, a.qmin, a.qmax))
+
+
+def _rq_validate(a) -> str | None:
+    if a.qmin > a.qmax:
+        return f"qmin ({a.qmin}) must not exceed qmax ({a.qmax})"
+    return acc_operand_problem(a, {"dst": DType.int8, "src": DType.int32})
+
+
+_vector(
+    "REQUANT",
+    0x33,
+    "int32 -> int8 by a fixed-point multiplier and shift, per tensor or per channel.",
+    [
+        *_counts(),
+        *operand("dst", "the result (int8)", lambda v: 1),
+        *operand("src", "the input (int32)", lambda v: 4),
+        flag("per_channel", "1: one (multiplier, shift) record per element of a row (channel i0)"),
+        addr("qparams", LOCAL_ADDR_BITS, "scratchpad byte address of the (int32 multiplier, int32 shift) records"),
+        sint("zp", 8, "output zero point", default=0),
+        sint("qmin", 8, "lowest output value (a fused ReLU raises it to the zero point)", default=-128),
+        sint("qmax", 8, "highest output value", default=127),
+    ],
+    _rq_regions,
+    _rq_exec,
+    lambda a: 2 * a.n0 * a.n1,
+    "Record c (8 bytes at qparams + 8c: int32 multiplier, then int32 shift; c = i0 when "
+    "`per_channel`, else 0) requantizes src[i1][i0]: the gemmlowp/TFLite scheme "
+    "SaturatingRoundingDoublingHighMul then RoundingDivideByPOT (see *Numerics*), plus `zp`, "
+    "clamped to [qmin, qmax]. Multipliers must be >= 0 and shifts in [-31, 31] (positive: right "
+    "shift), else the simulator stops with an error.",
+    f"Lane-ops: 2 x n0 x n1 (multiply-high, shift-round-add). {_RW_DOC}.",
+    validate=_rq_validate,
+)
+
+
+# ------------------------------------------------------------------------------------ VCVT
+def _cvt_exec(st, a, regions) -> None:
+    src, dst = regions
+    st.write(dst, to_dtype(st.read(src), a.dst_dtype))
+
+
+_vector(
+    "VCVT",
+    0x34,
+    "Convert between int8, int16, int32, fp16 and fp32.",
+    [
+        _dtype("src_dtype", "element type of the input"),
+        _dtype("dst_dtype", "element type of the result"),
+        *_counts(),
+        *operand("dst", "the result", _es("dst_dtype")),
+        *operand("src", "the input", _es("src_dtype")),
+    ],
+    lambda a: (region2d(a, "src", a.src_dtype, "r"), region2d(a, "dst", a.dst_dtype, "w")),
+    _cvt_exec,
+    lambda a: a.n0 * a.n1,
+    "dst = convert(src). Integer to integer: saturate. Integer to float: round to nearest even "
+    "(large int32 to fp16 may become infinity). Float to integer: round half to even, saturate, "
+    "NaN -> 0. fp32 -> fp16: round to nearest even; fp16 -> fp32: exact.",
+    f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.src_dtype, a.dst_dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dst_dtype, "src": a.src_dtype}),
+)
+
+
+# ------------------------------------------------------------------------------------ VREDUCE
+def _reduce(op: ReduceOp, x: np.ndarray, axes) -> np.ndarray:
+    if op is ReduceOp.sum:
+        return x.sum(axis=axes, dtype=x.dtype)
+    return x.max(axis=axes) if op is ReduceOp.max else x.min(axis=axes)
+
+
+def _combine(op: ReduceOp, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    if op is ReduceOp.sum:
+        return old + new
+    return np.maximum(old, new) if op is ReduceOp.max else np.minimum(old, new)
+
+
+def _red_regions(a):
+    dst = Region(mem_of(a.dst_space), a.dst, (a.n1,), (a.dst_s,), a.out_dtype.np, "rw" if a.acc else "w", "dst")
+    return region2d(a, "src", a.dtype, "r"), dst
+
+
+def _red_exec(st, a, regions) -> None:
+    src, dst = regions
+    x = widen(st.read(src))
+    r = _reduce(a.op, x, 1)
+    if a.acc:
+        r = _combine(a.op, widen(st.read(dst)).astype(r.dtype), r)
+    st.write(dst, to_dtype(r, a.out_dtype))
+
+
+def _red_validate(a) -> str | None:
+    if a.dst_space is Space.acc and a.out_dtype.size != 4:
+        return f"operand 'dst' is in ACC, which holds 32-bit words, but its type is {a.out_dtype.name}"
+    if a.dtype.is_float != a.out_dtype.is_float:
+        return f"a reduction keeps integer or float: {a.dtype.name} -> {a.out_dtype.name} (use VCVT)"
+    return acc_operand_problem(a, {"src": a.dtype})
+
+
+_vector(
+    "VREDUCE",
+    0x35,
+    "Reduce each row (sum, max, min), optionally combining with the previous result.",
+    [
+        choice("op", 2, ReduceOp, "the reduction"),
+        _dtype("dtype", "element type of the input"),
+        _dtype("out_dtype", "element type of the result"),
+        flag("acc", "1: combine with the value already in dst (sum: add, max/min: max/min)"),
+        *_counts(),
+        *operand("dst", "the results (one per row)", _es("out_dtype"), inner=False),
+        *operand("src", "the input", _es("dtype")),
+    ],
+    _red_regions,
+    _red_exec,
+    lambda a: a.n0 * a.n1 + (a.n1 if a.acc else 0),
+    "dst[i1] = reduce over i0 < n0 of src[i1][i0] (combined with the old dst[i1] when `acc`), "
+    "written at dst + i1*dst_s. Sums are exact for integers (then saturated to `out_dtype`) "
+    "and fp32 for floats (then rounded to `out_dtype`): int8 -> int32 and fp16 -> fp32 sums "
+    "keep full precision. Swapping src_s0 and src_s1 reduces along columns instead of rows.",
+    f"Lane-ops: n0 x n1 (+ n1 when `acc`). {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype, a.out_dtype),
+    validate=_red_validate,
+)
+
+
+# ------------------------------------------------------------------------------------ VPOOL
+def _pool_regions(a):
+    es, oes = a.dtype.size, a.out_dtype.size
+    src = Region(
+        mem_of(a.src_space),
+        a.src,
+        (a.oh, a.ow, a.kh, a.kw, a.c),
+        (a.sy * a.src_sy, a.sx * a.src_sx, a.src_sy, a.src_sx, es),
+        a.dtype.np,
+        "r",
+        "src",
+    )
+    dst = Region(mem_of(a.dst_space), a.dst, (a.oh, a.ow, a.c), (a.dst_sy, a.dst_sx, oes), a.out_dtype.np, "w", "dst")
+    return src, dst
+
+
+def _pool_exec(st, a, regions) -> None:
+    src, dst = regions
+    x = widen(st.read(src))
+    r = x.sum(axis=(2, 3), dtype=x.dtype) if a.op is PoolOp.sum else x.max(axis=(2, 3))
+    st.write(dst, to_dtype(r, a.out_dtype))
+
+
+def _pool_validate(a) -> str | None:
+    if a.dtype.is_float != a.out_dtype.is_float:
+        return f"pooling keeps integer or float: {a.dtype.name} -> {a.out_dtype.name} (use VCVT)"
+    for prefix, dt in (("src", a.dtype), ("dst", a.out_dtype)):
+        if getattr(a, f"{prefix}_space") is Space.acc and dt.size != 4:
+            return f"operand '{prefix}' is in ACC, which holds 32-bit words, but its type is {dt.name}"
+    return None
+
+
+_vector(
+    "VPOOL",
+    0x36,
+    "Max or sum over kh x kw windows with a stride, channels innermost (max/avg pooling).",
+    [
+        choice("op", 1, PoolOp, "max or sum"),
+        _dtype("dtype", "element type of the input"),
+        _dtype("out_dtype", "element type of the result"),
+        count("c", "channels (contiguous elements of a pixel)"),
+        count("ow", "output width"),
+        count("oh", "output height"),
+        uint("kh", 4, "window height", lo=1),
+        uint("kw", 4, "window width", lo=1),
+        uint("sy", 4, "vertical stride", lo=1),
+        uint("sx", 4, "horizontal stride", lo=1),
+        choice("src_space", 1, Space, "memory space of the input", default=Space.spad),
+        addr("src", LOCAL_ADDR_BITS, "byte address of input pixel (0, 0)"),
+        uint("src_sx", 16, "byte stride between input pixels of a row", default=lambda v: v["c"] * v["dtype"].size),
+        uint("src_sy", 24, "byte stride between input rows", default=lambda v: ((v["ow"] - 1) * v["sx"] + v["kw"]) * v["src_sx"]),
+        choice("dst_space", 1, Space, "memory space of the result", default=Space.spad),
+        addr("dst", LOCAL_ADDR_BITS, "byte address of output pixel (0, 0)"),
+        uint("dst_sx", 16, "byte stride between output pixels of a row", default=lambda v: v["c"] * v["out_dtype"].size),
+        uint("dst_sy", 24, "byte stride between output rows", default=lambda v: v["ow"] * v["dst_sx"]),
+    ],
+    _pool_regions,
+    _pool_exec,
+    lambda a: a.oh * a.ow * a.c * a.kh * a.kw,
+    "dst[oy][ox][c] = max (or sum) over dy < kh, dx < kw of src[oy*sy + dy][ox*sx + dx][c], "
+    "input pixel (y, x) channel c at src + y*src_sy + x*src_sx + c*esize. Sums are exact "
+    "(integers) or fp32 (floats), then converted to `out_dtype`: an int8 average pool sums to "
+    "int32 and divides with REQUANT. Padding is the compiler's: it fills a border in the "
+    "scratchpad (VFILL with 0 or the lowest value) and points src at it.",
+    f"Lane-ops: oh x ow x c x kh x kw. {_RW_DOC} (each window element counts as read).",
+    check=lambda a, t: float_problem(t, a.dtype, a.out_dtype),
+    validate=_pool_validate,
+)
+
+
+# ------------------------------------------------------------------------------------ VFILL
+def _fill_exec(st, a, regions) -> None:
+    (dst,) = regions
+    st.write(dst, to_dtype(np.full(dst.shape, a.value, dtype=np.float64), a.dtype))
+
+
+_vector(
+    "VFILL",
+    0x37,
+    "Fill a 2-D block with one value (zero padding, -inf borders, accumulator init).",
+    [
+        _dtype(),
+        *_counts(),
+        *operand("dst", "the block", _es("dtype")),
+        f32("value", "the value, converted to dtype (rounded half to even, saturated)"),
+    ],
+    lambda a: (region2d(a, "dst", a.dtype, "w"),),
+    _fill_exec,
+    lambda a: a.n0 * a.n1,
+    "dst[i1][i0] = convert(value, dtype) for i1 < n1, i0 < n0.",
+    f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype}),
+)

@@ -1,0 +1,148 @@
+"""Enumerations of the instruction set: element types, memory spaces, queues, units, op selectors.
+
+The integer value of each member is its binary encoding; the member name is its assembly text.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+
+class DType(enum.IntEnum):
+    """Element types the NPU stores and computes on."""
+
+    int8 = 0
+    int16 = 1
+    int32 = 2
+    fp16 = 3
+    fp32 = 4
+
+    @property
+    def size(self) -> int:
+        return _SIZE[self]
+
+    @property
+    def np(self) -> np.dtype:
+        return _NP[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.fp16, DType.fp32)
+
+
+_SIZE = {DType.int8: 1, DType.int16: 2, DType.int32: 4, DType.fp16: 2, DType.fp32: 4}
+_NP = {
+    DType.int8: np.dtype(np.int8),
+    DType.int16: np.dtype("<i2"),
+    DType.int32: np.dtype("<i4"),
+    DType.fp16: np.dtype("<f2"),
+    DType.fp32: np.dtype("<f4"),
+}
+
+
+class Space(enum.IntEnum):
+    """On-chip memory spaces an operand can live in (DRAM is reached by DMA only)."""
+
+    spad = 0
+    acc = 1
+
+
+class Mem(enum.IntEnum):
+    """Every memory of the machine, for regions and statistics."""
+
+    dram = 0
+    spad = 1
+    acc = 2
+
+
+class Queue(enum.IntEnum):
+    """The three instruction queues of the decoupled access/execute machine."""
+
+    load = 0
+    compute = 1
+    store = 2
+
+
+class Unit(enum.IntEnum):
+    """Hardware units an instruction occupies while it runs."""
+
+    dma = 0  # the DRAM port, shared by the load and store queues
+    wload = 1  # the array's weight loader (fills the shadow weight buffer)
+    array = 2  # the systolic array
+    vector = 3  # the vector unit
+    ctrl = 4  # no unit: NOP, END
+
+
+class BinOp(enum.IntEnum):
+    """Elementwise binary operations of ``VBIN``."""
+
+    add = 0
+    sub = 1
+    mul = 2
+    max = 3
+    min = 4
+
+
+class UnOp(enum.IntEnum):
+    """Elementwise unary operations of ``VUN``."""
+
+    copy = 0
+    relu = 1
+    clamp = 2
+    neg = 3
+    abs = 4
+    adds = 5
+    muls = 6
+    exp = 7
+    sigmoid = 8
+    tanh = 9
+    gelu = 10
+    gelu_tanh = 11
+    silu = 12
+    hardswish = 13
+    hardsigmoid = 14
+    rsqrt = 15
+    reciprocal = 16
+    sqrt = 17
+
+    @property
+    def float_only(self) -> bool:
+        return self.value >= UnOp.exp.value
+
+    @property
+    def lane_ops(self) -> int:
+        """Vector lane-operations per element (cycles of one lane), npuc's assumption."""
+        return _UNOP_COST.get(self, 1)
+
+
+# Transcendentals are evaluated by a few multiply-add passes (range reduction + polynomial).
+_UNOP_COST = {
+    UnOp.exp: 4,
+    UnOp.sigmoid: 6,
+    UnOp.tanh: 6,
+    UnOp.gelu: 8,
+    UnOp.gelu_tanh: 8,
+    UnOp.silu: 7,
+    UnOp.hardswish: 3,
+    UnOp.hardsigmoid: 2,
+    UnOp.rsqrt: 4,
+    UnOp.reciprocal: 4,
+    UnOp.sqrt: 4,
+}
+
+
+class ReduceOp(enum.IntEnum):
+    """Reductions of ``VREDUCE``."""
+
+    sum = 0
+    max = 1
+    min = 2
+
+
+class PoolOp(enum.IntEnum):
+    """Window reductions of ``VPOOL``."""
+
+    max = 0
+    sum = 1

@@ -1,0 +1,247 @@
+"""Instructions: the single definition of each instruction, instruction values and programs.
+
+An :class:`InstrDef` holds everything npuc knows about one instruction: mnemonic and opcode, the
+queue it is issued to and the unit it occupies, its fields, the memory regions it touches, its
+functional semantics on a :class:`MachineState`, its timing and energy actions on a target, the
+target constraints it must meet, and the prose the ISA reference prints.  The encoder, decoder,
+assembler, disassembler, simulator and cost model all read these definitions
+(:mod:`npuc.isa.defs` registers them).
+
+An :class:`Instr` is one instruction: the mnemonic, the field values (a named tuple per
+instruction, so ``instr.args.m0`` reads a field) and its dependency-token flags (:class:`Deps`).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from npuc.isa.actions import Actions
+from npuc.isa.enums import Queue, Unit
+from npuc.isa.fields import Field
+from npuc.isa.region import Region
+
+if TYPE_CHECKING:
+    from npuc.isa.state import MachineState
+    from npuc.targets import Target
+
+INSTR_BYTES = 32
+HEADER_BITS = 16  # opcode (8 bits), dependency flags (4 bits), reserved zero (4 bits)
+FIELD_BITS = INSTR_BYTES * 8 - HEADER_BITS
+
+RegionsFn = Callable[[Any], tuple[Region, ...]]
+ExecuteFn = Callable[["MachineState", Any, tuple[Region, ...]], None]
+TimingFn = Callable[[Any, "Target", tuple[Region, ...]], tuple[int, int]]
+ActionsFn = Callable[[Any, "Target", tuple[Region, ...]], Actions]
+CheckFn = Callable[[Any, "Target"], "str | None"]
+
+
+def _no_check(args: Any, target: "Target") -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class InstrDef:
+    """The one definition of an instruction.
+
+    ``timing`` returns ``(busy, latency)``: the instruction occupies its unit for ``busy`` cycles
+    and completes ``latency`` cycles after that.  ``check`` returns why the instruction cannot
+    run on a target (a dimension larger than the array, a dataflow or dtype the target lacks),
+    or None.  ``validate`` returns why field values that are each in range do not fit together.
+    """
+
+    name: str
+    opcode: int
+    queue: Queue
+    unit: Unit
+    summary: str
+    fields: tuple[Field, ...]
+    regions: RegionsFn
+    execute: ExecuteFn
+    timing: TimingFn
+    actions: ActionsFn
+    semantics_doc: str
+    timing_doc: str
+    energy_doc: str
+    check: CheckFn = _no_check
+    validate: Callable[[Any], "str | None"] = lambda args: None
+    args_type: type = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args_type", collections.namedtuple(f"{self.name}_args", [f.name for f in self.fields]))
+
+    @property
+    def field_bits(self) -> int:
+        return sum(f.bits for f in self.fields)
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Dependency-token flags of an instruction, relative to its queue's neighbours.
+
+    The queues form a chain load -> compute -> store.  ``wait_*`` pops a token sent by the
+    previous/next queue before the instruction starts (it stalls until one is there);
+    ``signal_*`` pushes a token to the previous/next queue when the instruction completes.
+    """
+
+    wait_prev: bool = False
+    wait_next: bool = False
+    signal_prev: bool = False
+    signal_next: bool = False
+
+    def to_bits(self) -> int:
+        return self.wait_prev | self.wait_next << 1 | self.signal_prev << 2 | self.signal_next << 3
+
+    @staticmethod
+    def from_bits(bits: int) -> "Deps":
+        return Deps(bool(bits & 1), bool(bits & 2), bool(bits & 4), bool(bits & 8))
+
+    def problem(self, queue: Queue) -> str | None:
+        if queue is Queue.load and (self.wait_prev or self.signal_prev):
+            return "the load queue has no previous queue to wait on or signal"
+        if queue is Queue.store and (self.wait_next or self.signal_next):
+            return "the store queue has no next queue to wait on or signal"
+        return None
+
+
+def prev_queue(q: Queue) -> Queue | None:
+    return None if q is Queue.load else Queue(q - 1)
+
+
+def next_queue(q: Queue) -> Queue | None:
+    return None if q is Queue.store else Queue(q + 1)
+
+
+_BY_NAME: dict[str, InstrDef] = {}
+_BY_OPCODE: dict[int, InstrDef] = {}
+
+
+def register(d: InstrDef) -> InstrDef:
+    """Add an instruction definition to the registry (mnemonic and opcode must be new)."""
+    if d.name in _BY_NAME or d.opcode in _BY_OPCODE:
+        raise ValueError(f"instruction {d.name} / opcode 0x{d.opcode:02x} is defined twice")
+    if d.field_bits > FIELD_BITS:
+        raise ValueError(f"instruction {d.name} needs {d.field_bits} field bits, only {FIELD_BITS} fit")
+    _BY_NAME[d.name] = d
+    _BY_OPCODE[d.opcode] = d
+    return d
+
+
+def get_def(name: str) -> InstrDef | None:
+    _ensure_loaded()
+    return _BY_NAME.get(name)
+
+
+def def_by_opcode(opcode: int) -> InstrDef | None:
+    _ensure_loaded()
+    return _BY_OPCODE.get(opcode)
+
+
+def all_defs() -> list[InstrDef]:
+    """Every instruction definition, by opcode."""
+    _ensure_loaded()
+    return [_BY_OPCODE[k] for k in sorted(_BY_OPCODE)]
+
+
+def _ensure_loaded() -> None:
+    import npuc.isa.defs  # noqa: F401  (registers every instruction)
+
+
+class FieldError(ValueError):
+    """A field value is missing, unknown or out of range (callers turn it into a user error)."""
+
+
+def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
+    """The named-tuple args of ``d`` from ``given`` values, filling defaults; raises FieldError."""
+    unknown = [k for k in given if k not in d.args_type._fields]
+    if unknown:
+        raise FieldError(f"{d.name} has no field '{unknown[0]}' (fields: {', '.join(d.args_type._fields)})")
+    values: dict[str, Any] = {}
+    for f in d.fields:
+        if f.name in given:
+            v = given[f.name]
+        elif f.default is None:
+            raise FieldError(f"{d.name} needs field '{f.name}' ({f.doc})")
+        else:
+            v = f.default(values) if callable(f.default) else f.default
+        if f.kind == "f32" and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if f.kind == "enum" and not isinstance(v, f.enum) and isinstance(v, str):
+            v = f.enum[v] if v in f.enum.__members__ else v
+        reason = f.problem(v)
+        if reason:
+            raise FieldError(f"{d.name} field '{f.name}' {reason}")
+        values[f.name] = v
+    args = d.args_type(**values)
+    reason = d.validate(args)
+    if reason:
+        raise FieldError(f"{d.name}: {reason}")
+    return args
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: mnemonic, field values and dependency flags."""
+
+    op: str
+    args: Any
+    deps: Deps = Deps()
+
+    @property
+    def defn(self) -> InstrDef:
+        return _BY_NAME[self.op]
+
+    @staticmethod
+    def make(op: str, deps: Deps = Deps(), **fields: Any) -> "Instr":
+        """Build an instruction from field values (defaults filled in); raises FieldError."""
+        d = get_def(op)
+        if d is None:
+            raise FieldError(f"unknown instruction '{op}'")
+        reason = deps.problem(d.queue)
+        if reason:
+            raise FieldError(f"{op} runs on the {d.queue.name} queue: {reason}")
+        return Instr(op, build_args(d, fields), deps)
+
+    def __str__(self) -> str:
+        from npuc.isa.asm import format_instr
+
+        return format_instr(self)
+
+
+@dataclass(frozen=True)
+class Program:
+    """An instruction stream: instructions in program order, the last one ``END``."""
+
+    instrs: tuple[Instr, ...]
+
+    def __len__(self) -> int:
+        return len(self.instrs)
+
+    def __iter__(self) -> Iterator[Instr]:
+        return iter(self.instrs)
+
+    def __getitem__(self, i: int) -> Instr:
+        return self.instrs[i]
+
+    def encode(self) -> bytes:
+        from npuc.isa.encoding import encode_program
+
+        return encode_program(self.instrs)
+
+    def text(self) -> str:
+        from npuc.isa.asm import disassemble
+
+        return disassemble(self)
+
+
+def program_problem(instrs: tuple[Instr, ...] | list[Instr]) -> str | None:
+    """Why an instruction list is not a complete program (END missing, misplaced), or None."""
+    if not instrs:
+        return "the program is empty (it must end with END)"
+    ends = [i for i, ins in enumerate(instrs) if ins.op == "END"]
+    if not ends:
+        return "the program does not end with END"
+    if ends[0] != len(instrs) - 1:
+        return f"END at instruction {ends[0]} is not the last instruction"
+    return None

@@ -1,0 +1,105 @@
+"""Memory regions: the strided blocks of memory an instruction reads or writes.
+
+Every instruction describes its memory operands as :class:`Region` records (a memory, a base
+byte address, a shape, byte strides, an element type and whether it is read, written or both).  That one
+description serves the static checks (bounds, alignment, a written element written once), the
+functional simulator (a numpy view of the block), the energy model (bytes moved per memory) and
+the DMA timing (DRAM bursts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuc.isa.enums import Mem
+
+
+@dataclass(frozen=True)
+class Region:
+    """A strided block: element ``idx`` lives at ``addr + sum(idx[i] * strides[i])``."""
+
+    mem: Mem
+    addr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    access: str = "r"  # "r", "w" or "rw" (read-modify-write: accumulate)
+    name: str = ""
+
+    @property
+    def reads(self) -> bool:
+        return "r" in self.access
+
+    @property
+    def writes(self) -> bool:
+        return "w" in self.access
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the access moves (every element once, broadcast elements counted each time)."""
+        return self.count * self.itemsize
+
+    @property
+    def end(self) -> int:
+        """One past the last byte touched."""
+        return self.addr + sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + self.itemsize
+
+    def problem(self, mem_size: int) -> str | None:
+        """Why this region is illegal in a memory of ``mem_size`` bytes, or None."""
+        what = f"{self.name or 'operand'} in {self.mem.name.upper()}"
+        es = self.itemsize
+        if self.addr % es != 0:
+            return f"{what}: address 0x{self.addr:x} is not aligned to its {es}-byte elements"
+        for n, s in zip(self.shape, self.strides):
+            if n > 1 and s % es != 0:
+                return f"{what}: stride {s} is not a multiple of its {es}-byte elements"
+        if self.end > mem_size:
+            return (
+                f"{what}: bytes 0x{self.addr:x}..0x{self.end - 1:x} run past the end of the "
+                f"{mem_size}-byte memory"
+            )
+        if self.writes and not self.writes_each_once():
+            return f"{what}: the strides {self.strides} for shape {self.shape} write some element twice"
+        return None
+
+    def writes_each_once(self) -> bool:
+        """True when no two indices share an address (checked on strides sorted ascending:
+        each stride must step over everything the smaller ones span)."""
+        dims = sorted((s, n) for n, s in zip(self.shape, self.strides) if n > 1)
+        span = self.itemsize
+        for s, n in dims:
+            if s < span:
+                return False
+            span = s * (n - 1) + span
+        return True
+
+    def dram_runs(self) -> tuple[int, int]:
+        """(number of contiguous runs, bytes per run), merging dimensions from the innermost."""
+        run = self.itemsize
+        dims = list(zip(self.shape, self.strides))
+        while dims:
+            n, s = dims[-1]
+            if n == 1:
+                dims.pop()
+            elif s == run:
+                run *= n
+                dims.pop()
+            else:
+                break
+        return math.prod(n for n, _ in dims), run
+
+    def burst_bytes(self, burst: int) -> int:
+        """Bytes the DRAM actually transfers: each contiguous run rounded up to whole bursts."""
+        runs, run = self.dram_runs()
+        return runs * -(-run // burst) * burst

@@ -1,0 +1,117 @@
+"""The event-driven core: three in-order queues, shared units, dependency tokens.
+
+Each step starts, among the three queue heads that are not waiting on an empty token channel,
+the one that can start earliest (ties go to the load, then compute, then store queue).  A head
+can start once
+
+* its queue allows it: on the load and store queues when the previous transfer has left the
+  DRAM port (transfers are pipelined); on the compute queue when every earlier compute
+  instruction has completed, except that a ``LOAD_WEIGHTS`` right after a weight-stationary
+  ``MATMUL`` may start when that MATMUL starts (the array's second weight buffer);
+* its unit is free (the DRAM port is shared by loads and stores);
+* the tokens it waits for have arrived (a token arrives when its sender completes).
+
+Start times never decrease from one step to the next, so functional effects applied at start
+see every write their tokens order before them.  When no head can start and some queue is not
+finished, the program has deadlocked: the error names every stalled instruction.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+from npuc.errors import SimulationError
+from npuc.isa.enums import Queue, Unit
+from npuc.isa.state import MachineState
+from npuc.runtime.sim.prepare import CHANNELS, Step, describe
+
+_COMPUTE = int(Queue.compute)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Start and end cycle of every instruction (program order), and leftover tokens."""
+
+    starts: list[int]
+    ends: list[int]
+    leftover_tokens: tuple[int, ...]
+
+
+def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
+    """Schedule ``steps`` (and execute them on ``state`` unless it is None)."""
+    queues: list[list[Step]] = [[], [], []]
+    for s in steps:
+        queues[s.queue].append(s)
+    head = [0, 0, 0]
+    qfree = [0, 0, 0]  # earliest start allowed by the queue's order
+    mm_start = -1  # start of the compute queue's last instruction if it was a WS MATMUL, else -1
+    ufree = [0] * len(Unit)
+    chans: list[deque[int]] = [deque() for _ in CHANNELS]
+    starts = [0] * len(steps)
+    ends = [0] * len(steps)
+    remaining = len(steps)
+    while remaining:
+        best_t, best_q = -1, -1
+        for q in range(3):
+            if head[q] == len(queues[q]):
+                continue
+            s = queues[q][head[q]]
+            t = mm_start if (s.is_weight_load and mm_start >= 0) else qfree[q]
+            ready = True
+            for c in s.waits:
+                if not chans[c]:
+                    ready = False
+                    break
+                if chans[c][0] > t:
+                    t = chans[c][0]
+            if not ready:
+                continue
+            if ufree[s.unit] > t:
+                t = ufree[s.unit]
+            if best_q < 0 or t < best_t:
+                best_t, best_q = t, q
+        if best_q < 0:
+            raise SimulationError(_deadlock(queues, head, chans))
+        s = queues[best_q][head[best_q]]
+        head[best_q] += 1
+        remaining -= 1
+        for c in s.waits:
+            chans[c].popleft()
+        if state is not None:
+            _execute(s, state)
+        start = best_t
+        issue_end = start + s.busy
+        end = issue_end + s.latency
+        ufree[s.unit] = issue_end
+        if best_q == _COMPUTE:
+            qfree[best_q] = max(qfree[best_q], end)
+            mm_start = start if s.is_ws_matmul else -1
+        else:
+            qfree[best_q] = issue_end
+        for c in s.signals:
+            chans[c].append(end)
+        starts[s.index] = start
+        ends[s.index] = end
+    return Schedule(starts, ends, tuple(len(c) for c in chans))
+
+
+def _execute(s: Step, state: MachineState) -> None:
+    try:
+        s.defn.execute(state, s.instr.args, s.regions)
+    except SimulationError as e:
+        raise SimulationError(f"{describe(s.index, s.instr)}: {e}") from None
+
+
+def _deadlock(queues: list[list[Step]], head: list[int], chans: list[deque[int]]) -> str:
+    lines = ["deadlock: no queue can proceed"]
+    for q, lst in enumerate(queues):
+        if head[q] == len(lst):
+            continue
+        s = lst[head[q]]
+        lines.append(
+            f"  the {Queue(q).name} queue stalls at {describe(s.index, s.instr)}: it waits for a "
+            f"token on {' and '.join(CHANNELS[c] for c in s.waits if not chans[c])}, which never arrives"
+        )
+    return "\n".join(lines)

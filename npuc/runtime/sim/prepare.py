@@ -1,0 +1,116 @@
+"""Preparing a program for a target: every instruction checked and its static facts computed.
+
+All addresses of the instruction set are static, so a program is checked once, before it runs:
+the target's constraints (array size, dataflows, dtypes) and every memory region (in bounds,
+aligned, written elements written once).  The same pass computes each instruction's timing and
+energy actions, which the timing tier then replays without touching data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from npuc.errors import SimulationError
+from npuc.isa.actions import Actions
+from npuc.isa.enums import Mem, Queue, Unit
+from npuc.isa.instr import Deps, Instr, InstrDef, program_problem
+from npuc.isa.region import Region
+from npuc.targets import Target
+
+# Token channels between neighbouring queues, and the channel each flag uses per queue.
+CHANNELS = ("load->compute", "compute->load", "compute->store", "store->compute")
+_L2C, _C2L, _C2S, _S2C = range(4)
+_WAIT = {  # queue -> (channel of wait_prev, channel of wait_next)
+    Queue.load: (None, _C2L),
+    Queue.compute: (_L2C, _S2C),
+    Queue.store: (_C2S, None),
+}
+_SIGNAL = {  # queue -> (channel of signal_prev, channel of signal_next)
+    Queue.load: (None, _L2C),
+    Queue.compute: (_C2L, _C2S),
+    Queue.store: (_S2C, None),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One instruction prepared for a target: everything the simulator needs to run it."""
+
+    index: int
+    instr: Instr
+    defn: InstrDef
+    regions: tuple[Region, ...]
+    queue: int
+    unit: int
+    busy: int
+    latency: int
+    waits: tuple[int, ...]
+    signals: tuple[int, ...]
+    actions: tuple[int, ...]
+    is_ws_matmul: bool
+    is_weight_load: bool
+
+
+def describe(index: int, ins: Instr) -> str:
+    """How errors name an instruction: its index and its text."""
+    return f"instruction {index} `{ins}`"
+
+
+def _channels(deps: Deps, q: Queue, table) -> tuple[int, ...]:
+    prev_c, next_c = table[q]
+    on = (deps.wait_prev, deps.wait_next) if table is _WAIT else (deps.signal_prev, deps.signal_next)
+    return tuple(c for c, flag in zip((prev_c, next_c), on) if flag and c is not None)
+
+
+def prepare(instrs: Sequence[Instr], target: Target, dram_size: int) -> list[Step]:
+    """Check ``instrs`` against ``target`` and a DRAM of ``dram_size`` bytes; SimulationError
+    names the first bad instruction."""
+    reason = program_problem(list(instrs))
+    if reason:
+        raise SimulationError(f"not a complete program: {reason}")
+    sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
+    cache: dict[Instr, tuple] = {}
+    steps = []
+    for index, ins in enumerate(instrs):
+        facts = cache.get(ins)
+        if facts is None:
+            facts = cache[ins] = _facts(index, ins, target, sizes)
+        steps.append(Step(index, ins, *facts))
+    return steps
+
+
+def _facts(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> tuple:
+    d = ins.defn
+    a = ins.args
+    reason = d.check(a, target)
+    regions = d.regions(a)
+    for r in regions:
+        reason = reason or r.problem(sizes[r.mem])
+    if reason:
+        raise SimulationError(f"{describe(index, ins)}: {reason}")
+    busy, latency = d.timing(a, target, regions)
+    act: Actions = d.actions(a, target, regions)
+    return (
+        d,
+        regions,
+        int(d.queue),
+        int(d.unit),
+        busy,
+        latency,
+        _channels(ins.deps, d.queue, _WAIT),
+        _channels(ins.deps, d.queue, _SIGNAL),
+        tuple(vars(act).values()),
+        d.name == "MATMUL",
+        d.unit is Unit.wload,
+    )
+
+
+def dram_extent(instrs: Sequence[Instr]) -> int:
+    """One past the highest DRAM byte any instruction touches (the DRAM a program needs)."""
+    top = 0
+    for ins in set(instrs):
+        for r in ins.defn.regions(ins.args):
+            if r.mem is Mem.dram:
+                top = max(top, r.end)
+    return top

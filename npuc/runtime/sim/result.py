@@ -1,0 +1,84 @@
+"""What a simulation returns: cycles, unit occupancy, traffic, energy, final memory, trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from npuc.isa.actions import Actions
+
+
+class TraceEvent(NamedTuple):
+    """One instruction's run: program index, mnemonic, queue and unit names, start and end cycle."""
+
+    index: int
+    op: str
+    queue: str
+    unit: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """The outcome of simulating one program on one target.
+
+    ``unit_busy`` counts the cycles each unit was occupied (``dma``, ``wload``, ``array``,
+    ``vector``, ``ctrl``); ``queue_busy`` the cycles from start to completion of each queue's
+    instructions, summed.  ``energy_breakdown_pj`` has one entry per action kind plus
+    ``static``.  ``dram``, ``spad`` and ``acc`` are the final memory contents (functional tier
+    only, else None).
+    """
+
+    target: str
+    total_cycles: int
+    clock_hz: float
+    instructions: int
+    unit_busy: dict[str, int]
+    queue_busy: dict[str, int]
+    actions: Actions
+    energy_breakdown_pj: dict[str, float]
+    peak_macs_per_cycle: int
+    trace_events: tuple[TraceEvent, ...]
+    leftover_tokens: dict[str, int]
+    dram: bytes | None = None
+    spad: bytes | None = None
+    acc: bytes | None = None
+
+    @property
+    def energy_pj(self) -> float:
+        return sum(self.energy_breakdown_pj.values())
+
+    @property
+    def time_s(self) -> float:
+        return self.total_cycles / self.clock_hz
+
+    @property
+    def macs(self) -> int:
+        return self.actions.macs
+
+    @property
+    def dram_bytes_read(self) -> int:
+        return self.actions.dram_read
+
+    @property
+    def dram_bytes_written(self) -> int:
+        return self.actions.dram_write
+
+    @property
+    def sram_bytes_read(self) -> int:
+        return self.actions.spad_read + self.actions.acc_read
+
+    @property
+    def sram_bytes_written(self) -> int:
+        return self.actions.spad_write + self.actions.acc_write
+
+    def utilization(self, unit: str) -> float:
+        """Fraction of the run during which ``unit`` was busy."""
+        return self.unit_busy[unit] / self.total_cycles if self.total_cycles else 0.0
+
+    @property
+    def mac_utilization(self) -> float:
+        """MACs done over MACs the array could have done in the run (rows x cols per cycle)."""
+        cap = self.total_cycles * self.peak_macs_per_cycle
+        return self.macs / cap if cap else 0.0

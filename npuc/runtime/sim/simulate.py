@@ -1,0 +1,89 @@
+"""``simulate``: run a program on a target, functionally and/or for timing and energy."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from npuc.errors import SimulationError
+from npuc.isa.actions import Actions, energy_breakdown
+from npuc.isa.enums import Queue, Unit
+from npuc.isa.instr import Instr, Program
+from npuc.isa.state import MachineState
+from npuc.runtime.sim.engine import run
+from npuc.runtime.sim.prepare import CHANNELS, dram_extent, prepare
+from npuc.runtime.sim.result import SimResult, TraceEvent
+from npuc.targets import Target
+
+DramInit = bytes | bytearray | memoryview | np.ndarray
+
+
+def simulate(
+    program: Program | Sequence[Instr],
+    target: Target,
+    dram: DramInit | None = None,
+    *,
+    functional: bool = True,
+    dram_size: int | None = None,
+) -> SimResult:
+    """Simulate ``program`` on ``target``.
+
+    ``dram`` is the initial DRAM image (its length is the DRAM size); without it the DRAM is
+    ``dram_size`` zero bytes, or just large enough for every DMA of the program.  With
+    ``functional=False`` only timing and energy are computed (no data is touched), which is much
+    faster.  Raises :class:`SimulationError` for an illegal program (naming the instruction).
+    """
+    instrs = tuple(program)
+    if dram is not None:
+        size = len(dram)
+    elif dram_size is not None:
+        size = dram_size
+    else:
+        size = max(dram_extent(instrs), 1)
+    if size > target.dram.size_bytes:
+        raise SimulationError(
+            f"a DRAM of {size} bytes exceeds target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
+        )
+    steps = prepare(instrs, target, size)
+    state = None
+    if functional:
+        image = np.zeros(size, np.uint8) if dram is None else np.frombuffer(bytes(dram), dtype=np.uint8).copy()
+        spad = np.zeros(target.scratchpad.size_bytes, np.uint8)
+        state = MachineState(image, spad, np.zeros(target.accumulator.size_bytes, np.uint8))
+    sched = run(steps, state)
+    return _result(steps, sched, target, state)
+
+
+def _result(steps, sched, target: Target, state: MachineState | None) -> SimResult:
+    n_units = len(Unit)
+    unit_busy = [0] * n_units
+    queue_busy = [0, 0, 0]
+    for s in steps:
+        unit_busy[s.unit] += s.busy
+        queue_busy[s.queue] += s.busy + s.latency
+    totals = np.array([s.actions for s in steps], dtype=np.int64).sum(axis=0) if steps else None
+    actions = Actions(*(int(x) for x in totals)) if totals is not None else Actions()
+    total = max(sched.ends, default=0)
+    breakdown = energy_breakdown(actions, target.energy)
+    breakdown["static"] = target.static_energy_pj(total)
+    events = tuple(
+        TraceEvent(s.index, s.instr.op, Queue(s.queue).name, Unit(s.unit).name, sched.starts[s.index], sched.ends[s.index])
+        for s in steps
+    )
+    return SimResult(
+        target=target.name,
+        total_cycles=total,
+        clock_hz=target.clock_hz,
+        instructions=len(steps),
+        unit_busy={u.name: unit_busy[u] for u in Unit},
+        queue_busy={q.name: queue_busy[q] for q in Queue},
+        actions=actions,
+        energy_breakdown_pj=breakdown,
+        peak_macs_per_cycle=target.peak_macs_per_cycle,
+        trace_events=events,
+        leftover_tokens={name: n for name, n in zip(CHANNELS, sched.leftover_tokens)},
+        dram=None if state is None else state.dram.tobytes(),
+        spad=None if state is None else state.spad.tobytes(),
+        acc=None if state is None else state.acc.tobytes(),
+    )
