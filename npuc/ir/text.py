@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
-from npuc.errors import ParseError
+from npuc.errors import ParseError, VerifyError
 from npuc.ir.graph import Graph, Node, Value
 from npuc.ir.opdef import ConstAttrs, get_op
 from npuc.ir.types import DType, QuantParams, TensorType
@@ -141,6 +141,16 @@ class _Tokens:
             raise ParseError(f"line {line}: expected a {kind}, found '{s or 'end of text'}'")
         return s
 
+    def expect_type(self) -> TensorType:
+        """The next token as a tensor type; errors name the line."""
+        k, s, line = self.next()
+        if k != "type":
+            raise ParseError(f"line {line}: expected a type, found '{s or 'end of text'}'")
+        try:
+            return parse_type(s)
+        except ParseError as e:
+            raise ParseError(f"line {line}: {e}") from None
+
     def accept(self, text: str) -> bool:
         if self.peek()[1] == text:
             self.i += 1
@@ -192,7 +202,8 @@ def _parse_literal(t: _Tokens) -> Any:
     if kind == "string":
         return json.loads(s)
     if kind == "type":
-        return parse_type(s)
+        t.i -= 1
+        return t.expect_type()
     if kind == "ident":
         if s == "true":
             return True
@@ -204,7 +215,10 @@ def _parse_literal(t: _Tokens) -> Any:
             return float("nan")
         if s == "inf":
             return float("inf")
-        return DType.parse(s)
+        try:
+            return DType.parse(s)
+        except ParseError as e:
+            raise ParseError(f"line {line}: {e}") from None
     raise ParseError(f"line {line}: expected an attribute value, found '{s}'")
 
 
@@ -233,7 +247,10 @@ def _coerce(value: Any, hint: Any) -> Any:
 
 
 def _parse_attrs(t: _Tokens, op: str, line: int) -> Any:
-    opdef = get_op(op)
+    try:
+        opdef = get_op(op)
+    except VerifyError:
+        raise ParseError(f"line {line}: unknown op '{op}'") from None
     values: dict[str, Any] = {}
     if t.accept("{"):
         if not t.accept("}"):
@@ -288,7 +305,7 @@ def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) 
             if not vname.startswith("%"):
                 raise ParseError(f"line {line}: expected a graph parameter, found '{vname}'")
             t.expect(":")
-            inputs.append(define(vname[1:], parse_type(t.expect_kind("type")), line))
+            inputs.append(define(vname[1:], t.expect_type(), line))
             if t.accept(")"):
                 break
             t.expect(",")
@@ -297,7 +314,7 @@ def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) 
     result_types: list[TensorType] = []
     if not t.accept(")"):
         while True:
-            result_types.append(parse_type(t.expect_kind("type")))
+            result_types.append(t.expect_type())
             if t.accept(")"):
                 break
             t.expect(",")
@@ -324,7 +341,7 @@ def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) 
         if op == "const":
             cname = json.loads(t.expect_kind("symbol")[1:])
             t.expect(":")
-            ty = parse_type(t.expect_kind("type"))
+            ty = t.expect_type()
             if cname not in constants:
                 raise ParseError(f"line {line}: constant @{cname} was not supplied")
             attrs: Any = ConstAttrs(name=cname, type=ty)
@@ -341,9 +358,9 @@ def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) 
                     t.expect(",")
             attrs = _parse_attrs(t, op, line)
             t.expect(":")
-            types = [parse_type(t.expect_kind("type"))]
+            types = [t.expect_type()]
             while t.accept(","):
-                types.append(parse_type(t.expect_kind("type")))
+                types.append(t.expect_type())
         loc = None
         if t.peek()[1] == "loc":
             t.next()

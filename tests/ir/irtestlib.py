@@ -21,16 +21,16 @@ class Case:
     consts: frozenset[int] = field(default_factory=frozenset)
 
 
-def build(case: Case, name: str = "case") -> Graph:
+def build(case: Case, name: str = "case", loc: str | None = None) -> Graph:
     """A graph computing ``case``: constant operands become ``const`` nodes, the rest inputs."""
     b = GraphBuilder(name)
     values = []
     for i, t in enumerate(case.operands):
         if i in case.consts:
-            values.append(b.constant(f"c{i}", t))
+            values.append(b.constant(f"c{i}", t, loc=loc))
         else:
             values.append(b.input(TensorType.of(t), f"x{i}"))
-    outs = b.add(case.op, values, case.attrs)
+    outs = b.add(case.op, values, case.attrs, loc=loc)
     return b.build(outs)
 
 
