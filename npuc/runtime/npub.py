@@ -17,7 +17,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 from npuc.errors import BinaryFormatError, NpucError
 from npuc.runtime import npub_sections as sec
@@ -82,6 +82,23 @@ FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must 
 _HEADER = struct.Struct("<8sHHIQIIIIHH32s")
 _HEADER_CRC_OFFSET = 28
 _ENTRY = struct.Struct("<HHIQQ")  # kind, flags, crc32, offset, length
+
+
+class _Header(NamedTuple):
+    """The fixed fields of the header, in file order."""
+
+    magic: bytes
+    major: int
+    minor: int
+    flags: int
+    file_size: int
+    header_size: int
+    header_crc: int
+    section_count: int
+    table_crc: int
+    name_len: int
+    reserved: int
+    fingerprint: bytes
 
 
 class TargetLike(Protocol):
@@ -240,7 +257,7 @@ def _fail(source: str | None, where: str, text: str) -> BinaryFormatError:
     return format_error(source, where, text)
 
 
-def _read_header(data: bytes, source: str | None) -> tuple:
+def _read_header(data: bytes, source: str | None) -> _Header:
     if data[: len(MAGIC)] != MAGIC[: len(data)]:
         raise _fail(source, "", f"this is not a .npub container: it does not start with the magic bytes {MAGIC!r}")
     if len(data) < 12:
@@ -256,22 +273,22 @@ def _read_header(data: bytes, source: str | None) -> tuple:
         )
     if len(data) < _HEADER.size:
         raise _fail(source, "header", f"the file is truncated: {len(data)} bytes, shorter than the {_HEADER.size}-byte header")
-    fields = _HEADER.unpack_from(data, 0)
-    header_size, name_len = fields[5], fields[9]
-    expected = align_up(_HEADER.size + name_len, HEADER_ALIGNMENT)
-    if header_size != expected:
-        raise _fail(source, "header", f"header_size is {header_size}; with a {name_len}-byte target name it must be {expected}")
-    if len(data) < header_size:
-        raise _fail(source, "header", f"the file is truncated: {len(data)} bytes, shorter than its {header_size}-byte header")
-    head = bytearray(data[:header_size])
+    h = _Header._make(_HEADER.unpack_from(data, 0))
+    expected = align_up(_HEADER.size + h.name_len, HEADER_ALIGNMENT)
+    if h.header_size != expected:
+        raise _fail(source, "header", f"header_size is {h.header_size}; with a {h.name_len}-byte target name it must be {expected}")
+    if len(data) < h.header_size:
+        raise _fail(source, "header", f"the file is truncated: {len(data)} bytes, shorter than its {h.header_size}-byte header")
+    head = bytearray(data[: h.header_size])
     struct.pack_into("<I", head, _HEADER_CRC_OFFSET, 0)
-    if zlib.crc32(head) != fields[6]:
+    if zlib.crc32(head) != h.header_crc:
         raise _fail(source, "header", "the header checksum does not match; the header is corrupt")
-    return fields
+    return h
 
 
-def _check_header_fields(data: bytes, fields: tuple, source: str | None) -> tuple[str, int]:
-    _, _, _, flags, file_size, header_size, _, _, _, name_len, reserved, _ = fields
+def _check_header_fields(data: bytes, h: _Header, source: str | None) -> str:
+    """Check the header fields after its checksum; return the target name."""
+    file_size, flags, reserved, name_len = h.file_size, h.flags, h.reserved, h.name_len
     if file_size != len(data):
         what = "truncated" if len(data) < file_size else f"followed by {len(data) - file_size} extra bytes"
         raise _fail(source, "header", f"the header says the file has {file_size} bytes but it has {len(data)}: it is {what}")
@@ -280,7 +297,7 @@ def _check_header_fields(data: bytes, fields: tuple, source: str | None) -> tupl
     if reserved:
         raise _fail(source, "header", f"the reserved field is {reserved}; it must be 0")
     raw_name = data[_HEADER.size : _HEADER.size + name_len]
-    if any(data[_HEADER.size + name_len : header_size]):
+    if any(data[_HEADER.size + name_len : h.header_size]):
         raise _fail(source, "header", "the padding after the target name holds non-zero bytes")
     try:
         name = raw_name.decode("utf-8")
@@ -288,7 +305,7 @@ def _check_header_fields(data: bytes, fields: tuple, source: str | None) -> tupl
         raise _fail(source, "header", "the target name is not valid UTF-8") from None
     if not name or name_len > MAX_TARGET_NAME:
         raise _fail(source, "header", f"the target name is {name_len} bytes long; it must be 1 to {MAX_TARGET_NAME}")
-    return name, header_size
+    return name
 
 
 def _kind_name(kind: int) -> str:
@@ -299,7 +316,7 @@ def _kind_name(kind: int) -> str:
 
 
 def _check_kind(kind: int, flags: int, previous: int, minor: int, where: str, source: str | None) -> None:
-    if kind <= previous:
+    if kind <= previous:  # previous is -1 before the first entry
         again = "appears twice" if kind == previous else f"comes after {_kind_name(previous)}"
         raise _fail(source, where, f"section {_kind_name(kind)} {again}; sections must be sorted by kind, each once")
     if flags & ~FLAG_REQUIRED:
@@ -321,7 +338,7 @@ def _check_kind(kind: int, flags: int, previous: int, minor: int, where: str, so
 
 def _read_sections(data: bytes, count: int, header_size: int, minor: int, source: str | None) -> tuple[RawSection, ...]:
     table_end = header_size + _ENTRY.size * count
-    previous_kind, previous_end, previous_name = 0, table_end, "the section table"
+    previous_kind, previous_end, previous_name = -1, table_end, "the section table"
     out = []
     for i in range(count):
         kind, flags, crc, offset, length = _ENTRY.unpack_from(data, header_size + _ENTRY.size * i)
@@ -357,20 +374,23 @@ def split_container(data: bytes, source: str | None = None) -> Container:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise _fail(source, "", f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
-    fields = _read_header(data, source)
-    name, header_size = _check_header_fields(data, fields, source)
-    major, minor, count, table_crc, fingerprint = fields[1], fields[2], fields[7], fields[8], fields[11]
-    table_end = header_size + _ENTRY.size * count
+    h = _read_header(data, source)
+    name = _check_header_fields(data, h, source)
+    table_end = h.header_size + _ENTRY.size * h.section_count
     if table_end > len(data):
-        raise _fail(source, "header", f"section count {count} needs a table up to byte {table_end}, past the end of the {len(data)}-byte file")
-    if zlib.crc32(data[header_size:table_end]) != table_crc:
+        raise _fail(
+            source,
+            "header",
+            f"section count {h.section_count} needs a table up to byte {table_end}, past the end of the {len(data)}-byte file",
+        )
+    if zlib.crc32(data[h.header_size : table_end]) != h.table_crc:
         raise _fail(source, "section table", "the table checksum does not match; the section table is corrupt")
-    sections = _read_sections(data, count, header_size, minor, source)
+    sections = _read_sections(data, h.section_count, h.header_size, h.minor, source)
     present = {s.kind for s in sections}
     for kind in REQUIRED_SECTIONS:
         if kind not in present:
             raise _fail(source, "", f"the container has no {kind.name} section, which every container needs")
-    return Container((major, minor), name, fingerprint, sections, fields[3])
+    return Container((h.major, h.minor), name, h.fingerprint, sections, h.flags)
 
 
 _DECODERS: dict[SectionKind, Callable[[ByteReader], object]] = {

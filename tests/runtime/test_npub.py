@@ -18,7 +18,6 @@ from npuc.runtime.npub import (
     MAGIC,
     SECTION_ALIGNMENT,
     BindingRole,
-    Container,
     CpuBinding,
     CpuSubgraph,
     DebugEntry,

@@ -506,3 +506,7 @@ def test_container_for_another_preset_target_is_refused():
     data = replace(target_name=mid.name, target_fingerprint=mid.fingerprint()).to_bytes()
     assert load(data, expected_target=mid).target_name == "npu-mid"
     rejected(data, "compiled for target 'npu-mid' .* not for target 'npu-small'", expected_target=small)
+
+
+def test_section_kind_zero():
+    rejected(patched_entry(0, "kind", 0), "section kind 0 is unknown")
