@@ -93,7 +93,7 @@ def _describe(e: ValidationError, source: str) -> str:
     for err in e.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         reason = _PLAIN.get(err["type"], err["msg"].removeprefix("Value error, "))
-        if err["type"] not in _PLAIN and "input" in err and not isinstance(err["input"], dict):
+        if err["type"] not in (*_PLAIN, "value_error") and not isinstance(err.get("input"), (dict, type(None))):
             reason += f" (got {err['input']!r})"
         lines.append(f"{source}: key '{key}': {reason}")
     head = f"invalid target file {source}" if len(lines) > 1 else ""
