@@ -12,11 +12,27 @@ import enum
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-Default = int | float | enum.IntEnum | Callable[[Mapping[str, Any]], Any] | None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A default computed from fields declared before it: ``Derived("n0 * esize")``.
+
+    ``expr`` is a Python expression over earlier field names (enum values expose ``.size``);
+    the ISA reference prints it as is.
+    """
+
+    expr: str
+
+    def __call__(self, values: Mapping[str, Any]) -> Any:
+        return eval(self.expr, {"__builtins__": {}}, dict(values))  # noqa: S307 (npuc's own constant text)
+
+
+Default = int | float | enum.IntEnum | Derived | None
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,15 @@ class Field:
         if k == "f32":
             return float(np.float32(float(text)))
         return int(text, 0)
+
+    @property
+    def default_text(self) -> str:
+        """The default as the ISA reference writes it ("required" when there is none)."""
+        if self.default is None:
+            return "required"
+        if isinstance(self.default, Derived):
+            return f"= {self.default.expr}"
+        return self.to_text(self.default)
 
     @property
     def type_text(self) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 from npuc.errors import SimulationError
 from npuc.isa.actions import memory_actions
 from npuc.isa.enums import DType, Mem, Queue, Unit
-from npuc.isa.fields import addr, choice, count, flag, uint
+from npuc.isa.fields import Derived, addr, choice, count, flag, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.numerics import wrap_int32
 from npuc.isa.region import Region
@@ -102,8 +102,8 @@ register(
             addr("addr", LOCAL_ADDR_BITS, "scratchpad byte address of weight (0, 0)"),
             count("k", "rows of the tile (reduction dimension), at most array.rows"),
             count("n", "columns of the tile (output channels), at most array.cols"),
-            uint("s_n", 16, "byte stride between weights (k, n) and (k, n+1)", default=lambda v: v["dtype"].size),
-            uint("s_k", 24, "byte stride between weights (k, n) and (k+1, n)", default=lambda v: v["n"] * v["s_n"]),
+            uint("s_n", 16, "byte stride between weights (k, n) and (k, n+1)", default=Derived("dtype.size")),
+            uint("s_k", 24, "byte stride between weights (k, n) and (k+1, n)", default=Derived("n * s_n")),
         ),
         regions=_lw_region,
         execute=_lw_execute,
@@ -176,11 +176,11 @@ register(
             addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input row (0, 0)"),
             count("m0", "input rows in the inner row loop"),
             count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
-            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=lambda v: v["k"] * v["dtype"].size),
-            uint("in_s1", 24, "byte stride between inner loops of input rows", default=lambda v: v["m0"] * v["in_s0"]),
+            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=Derived("k * dtype.size")),
+            uint("in_s1", 24, "byte stride between inner loops of input rows", default=Derived("m0 * in_s0")),
             addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
-            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=lambda v: v["n"] * 4),
-            uint("out_s1", 24, "byte stride between inner loops of output rows", default=lambda v: v["m0"] * v["out_s0"]),
+            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=Derived("n * 4")),
+            uint("out_s1", 24, "byte stride between inner loops of output rows", default=Derived("m0 * out_s0")),
         ),
         regions=_mm_regions,
         execute=_mm_execute,
@@ -249,11 +249,11 @@ register(
             count("k", "reduction length (streamed, any length)"),
             count("n", "output columns, at most array.cols"),
             addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input (0, 0)"),
-            uint("in_s", 24, "byte stride between input rows", default=lambda v: v["k"] * v["dtype"].size),
+            uint("in_s", 24, "byte stride between input rows", default=Derived("k * dtype.size")),
             addr("w_addr", LOCAL_ADDR_BITS, "scratchpad byte address of weight (0, 0)"),
-            uint("w_s", 24, "byte stride between weight rows (k)", default=lambda v: v["n"] * v["dtype"].size),
+            uint("w_s", 24, "byte stride between weight rows (k)", default=Derived("n * dtype.size")),
             addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output (0, 0)"),
-            uint("out_s", 24, "byte stride between output rows", default=lambda v: v["n"] * 4),
+            uint("out_s", 24, "byte stride between output rows", default=Derived("n * 4")),
         ),
         regions=_os_regions,
         execute=_os_execute,

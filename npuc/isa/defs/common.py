@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from npuc.isa.actions import Actions, memory_actions
 from npuc.isa.enums import DType, Mem, Space
-from npuc.isa.fields import Field, addr, choice, uint
+from npuc.isa.fields import Derived, Field, addr, choice, uint
 from npuc.isa.region import Region
 from npuc.isa.widths import LOCAL_ADDR_BITS
 
@@ -16,10 +16,7 @@ if TYPE_CHECKING:
 # Cycles from a vector instruction's first read to its last write (read, compute, write stages).
 VECTOR_PIPELINE_DEPTH = 4
 
-EsFn = Callable[[Mapping[str, Any]], int]
-
-
-def operand(prefix: str, doc: str, es: EsFn, *, inner: bool = True) -> list[Field]:
+def operand(prefix: str, doc: str, es: Derived, *, inner: bool = True) -> list[Field]:
     """Fields of a 2-D vector operand: memory space, byte address, inner and outer byte strides.
 
     ``es`` gives the element size from the fields before it (for the stride defaults: elements
@@ -33,7 +30,7 @@ def operand(prefix: str, doc: str, es: EsFn, *, inner: bool = True) -> list[Fiel
     if inner:
         fs.append(uint(f"{prefix}_s0", 16, f"byte stride between elements of a row of {doc}", default=es))
         fs.append(
-            uint(f"{prefix}_s1", 24, f"byte stride between rows of {doc}", default=lambda v: v["n0"] * v[f"{prefix}_s0"])
+            uint(f"{prefix}_s1", 24, f"byte stride between rows of {doc}", default=Derived(f"n0 * {prefix}_s0"))
         )
     else:
         fs.append(uint(f"{prefix}_s", 24, f"byte stride between the results of {doc}", default=es))

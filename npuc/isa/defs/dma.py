@@ -7,7 +7,7 @@ import numpy as np
 from npuc.isa.actions import memory_actions
 from npuc.isa.defs.common import mem_of
 from npuc.isa.enums import Mem, Queue, Space, Unit
-from npuc.isa.fields import addr, choice, count, esize, uint
+from npuc.isa.fields import Derived, addr, choice, count, esize, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.region import Region
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
@@ -24,11 +24,11 @@ def _fields(local_doc: str):
         count("n0", "elements per row (innermost dimension)"),
         count("n1", "rows per plane", default=1),
         count("n2", "planes (outermost dimension)", default=1),
-        uint("dram_s0", 20, "DRAM byte stride between elements of a row", default=lambda v: v["esize"]),
-        uint("dram_s1", 32, "DRAM byte stride between rows", default=lambda v: v["n0"] * v["dram_s0"]),
-        uint("dram_s2", 32, "DRAM byte stride between planes", default=lambda v: v["n1"] * v["dram_s1"]),
-        uint("local_s1", 24, "local byte stride between rows (elements of a row are contiguous)", default=lambda v: v["n0"] * v["esize"]),
-        uint("local_s2", 24, "local byte stride between planes", default=lambda v: v["n1"] * v["local_s1"]),
+        uint("dram_s0", 20, "DRAM byte stride between elements of a row", default=Derived("esize")),
+        uint("dram_s1", 32, "DRAM byte stride between rows", default=Derived("n0 * dram_s0")),
+        uint("dram_s2", 32, "DRAM byte stride between planes", default=Derived("n1 * dram_s1")),
+        uint("local_s1", 24, "local byte stride between rows (elements of a row are contiguous)", default=Derived("n0 * esize")),
+        uint("local_s2", 24, "local byte stride between planes", default=Derived("n1 * local_s1")),
     )
 
 

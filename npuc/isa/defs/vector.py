@@ -17,15 +17,15 @@ from npuc.isa.defs.common import (
     vector_timing,
 )
 from npuc.isa.enums import BinOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
-from npuc.isa.fields import addr, choice, count, f32, flag, sint, uint
+from npuc.isa.fields import Derived, addr, choice, count, f32, flag, sint, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.numerics import requantize, to_dtype, unary, widen
 from npuc.isa.region import Region
 from npuc.isa.widths import LOCAL_ADDR_BITS
 
 
-def _es(key: str):
-    return lambda v: v[key].size
+def _es(key: str) -> Derived:
+    return Derived(f"{key}.size")
 
 
 def _counts():
@@ -157,8 +157,8 @@ _vector(
     "int8 -> int8 through a 256-entry table in the scratchpad (int8 activations).",
     [
         *_counts(),
-        *operand("dst", "the result (int8)", lambda v: 1),
-        *operand("src", "the input (int8)", lambda v: 1),
+        *operand("dst", "the result (int8)", Derived("1")),
+        *operand("src", "the input (int8)", Derived("1")),
         addr("table", LOCAL_ADDR_BITS, "scratchpad byte address of the 256-byte table"),
     ],
     lambda a: (
@@ -211,8 +211,8 @@ _vector(
     "int32 -> int8 by a fixed-point multiplier and shift, per tensor or per channel.",
     [
         *_counts(),
-        *operand("dst", "the result (int8)", lambda v: 1),
-        *operand("src", "the input (int32)", lambda v: 4),
+        *operand("dst", "the result (int8)", Derived("1")),
+        *operand("src", "the input (int32)", Derived("4")),
         flag("per_channel", "1: one (multiplier, shift) record per element of a row (channel i0)"),
         addr("qparams", LOCAL_ADDR_BITS, "scratchpad byte address of the (int32 multiplier, int32 shift) records"),
         sint("zp", 8, "output zero point", default=0),
@@ -371,12 +371,12 @@ _vector(
         uint("sx", 4, "horizontal stride", lo=1),
         choice("src_space", 1, Space, "memory space of the input", default=Space.spad),
         addr("src", LOCAL_ADDR_BITS, "byte address of input pixel (0, 0)"),
-        uint("src_sx", 16, "byte stride between input pixels of a row", default=lambda v: v["c"] * v["dtype"].size),
-        uint("src_sy", 24, "byte stride between input rows", default=lambda v: ((v["ow"] - 1) * v["sx"] + v["kw"]) * v["src_sx"]),
+        uint("src_sx", 16, "byte stride between input pixels of a row", default=Derived("c * dtype.size")),
+        uint("src_sy", 24, "byte stride between input rows", default=Derived("((ow - 1) * sx + kw) * src_sx")),
         choice("dst_space", 1, Space, "memory space of the result", default=Space.spad),
         addr("dst", LOCAL_ADDR_BITS, "byte address of output pixel (0, 0)"),
-        uint("dst_sx", 16, "byte stride between output pixels of a row", default=lambda v: v["c"] * v["out_dtype"].size),
-        uint("dst_sy", 24, "byte stride between output rows", default=lambda v: v["ow"] * v["dst_sx"]),
+        uint("dst_sx", 16, "byte stride between output pixels of a row", default=Derived("c * out_dtype.size")),
+        uint("dst_sy", 24, "byte stride between output rows", default=Derived("ow * dst_sx")),
     ],
     _pool_regions,
     _pool_exec,

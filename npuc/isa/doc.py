@@ -1,0 +1,164 @@
+"""The ISA reference (docs/isa.md), generated from the instruction definitions.
+
+``isa_markdown()`` writes the machine model, the encoding, the token protocol, the timing and
+energy models, the numerics, and one section per instruction (fields with their bit positions,
+semantics, timing, energy, queue and unit).  A test keeps docs/isa.md equal to its output:
+regenerate with ``python -m npuc.isa.doc > docs/isa.md``.
+"""
+
+from __future__ import annotations
+
+from npuc.isa import numerics
+from npuc.isa.defs.common import VECTOR_PIPELINE_DEPTH
+from npuc.isa.enums import UnOp
+from npuc.isa.instr import FIELD_BITS, HEADER_BITS, INSTR_BYTES, InstrDef, all_defs
+from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
+
+_INTRO = f"""\
+# The npuc instruction set
+
+*Generated from the instruction definitions in `npuc/isa/defs/` by `npuc.isa.doc.isa_markdown()`;
+do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
+
+## Machine model
+
+* **Memories.** DRAM (off-chip, {DRAM_ADDR_BITS}-bit byte addresses, reached only by DMA), the
+  scratchpad SPAD (banked SRAM, {LOCAL_ADDR_BITS}-bit byte addresses) and the accumulator ACC
+  (SRAM of 32-bit words beside the array, {LOCAL_ADDR_BITS}-bit byte addresses). Every address
+  and stride is in bytes; an operand's address and strides must be multiples of its element
+  size; ACC holds only 4-byte elements (int32, fp32). All addresses are static, so the simulator
+  checks every access of a program (bounds, alignment, no element written twice by one
+  instruction) before running it.
+* **Array.** `array.rows` x `array.cols` processing elements. Weight-stationary (`LOAD_WEIGHTS`
+  then `MATMUL`): a K x N weight tile (K <= rows, N <= cols) sits in the array and M input rows
+  stream through. Output-stationary (`MATMUL_OS`): an M x N output tile (M <= rows, N <= cols)
+  sits in the array and K steps of both operands stream through. int8 x int8 accumulates in
+  int32; fp16 x fp16 in fp32 (targets with fp16).
+* **Vector unit.** `vector.lanes` lanes for elementwise work, lookup tables, requantization,
+  conversions, reductions, pooling windows and fills, on 2-D strided operands: element
+  (i1, i0) of an operand lives at `addr + i1*s1 + i0*s0`, so a zero stride broadcasts.
+  Floating-point vector work needs a target with fp16.
+* **Queues.** Instructions are issued, in program order, to three in-order queues: **load**
+  (`DMA_LOAD`), **store** (`DMA_STORE`) and **compute** (everything else). The queues run
+  concurrently and synchronise only through dependency tokens.
+
+## Encoding
+
+Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit word:
+
+| bits | content |
+|---|---|
+| 0-7 | opcode |
+| 8 | `wait_prev`: pop a token from the previous queue before starting |
+| 9 | `wait_next`: pop a token from the next queue before starting |
+| 10 | `signal_prev`: push a token to the previous queue on completion |
+| 11 | `signal_next`: push a token to the next queue on completion |
+| 12-15 | reserved, zero |
+| {HEADER_BITS}-255 | the fields, in the order listed for the instruction, each in its width ({FIELD_BITS} bits available); unused bits zero |
+
+Integers are unsigned unless the type says `int` (two's complement); enums are stored by value;
+`1|2|4 (as log2)` stores the base-2 logarithm; `fp32` is an IEEE-754 binary32 (NaN refused).
+The decoder (`decode_program`) accepts only what the encoder produces: a known opcode, flags
+legal for the queue, field values in range, reserved bits zero, exactly one `END`, last.
+
+## Assembly text
+
+One instruction per line: `MNEMONIC field=value ... [wait=Q[,Q]] [signal=Q[,Q]]`; `#` or `;`
+starts a comment; integers in decimal or `0x` hex, enums by name. Omitted fields take the
+default listed below (`= expr` is computed from earlier fields: contiguous strides). The
+disassembler writes every field, so `assemble(disassemble(p)) == p`.
+
+## Dependency tokens
+
+The queues form a chain **load -> compute -> store**, with four token channels:
+load->compute, compute->load, compute->store and store->compute (as in TVM's VTA). In text an
+instruction names the neighbouring queue: `wait=load` on a compute instruction pops a token the
+load queue sent; `signal=store` sends one to the store queue.
+
+* A token is pushed when the signalling instruction **completes** (its data is written).
+* An instruction with a wait flag does not start until a token is there, and consumes it.
+* Producer/consumer: the load queue signals compute after filling a buffer; compute waits,
+  uses it, and signals the load queue that the buffer is free again (the load queue waits
+  before overwriting it). Compute and store pair up the same way. With two buffers, load
+  of tile i+1 overlaps compute of tile i (double buffering). A program starts with no tokens:
+  to let the load queue run ahead by two buffers, it simply does not wait for its first two loads.
+* An order between a store and a later load goes through compute: the store signals compute, a
+  compute instruction (`NOP` if nothing else) waits and signals the load queue.
+* Waiting on a token that never comes is a deadlock; the simulator detects it and names each
+  stalled instruction. Tokens left over at the end are reported, not an error.
+
+## Timing model
+
+Each queue starts its instructions in order. An instruction starts when (1) its queue allows it,
+(2) its unit is free, (3) the tokens it waits for have arrived. (1): the load and store queues may
+start a transfer as soon as the previous one has left the DRAM port (transfers are pipelined:
+latency overlaps); the compute queue starts an instruction when all earlier compute instructions
+have completed, except that a `LOAD_WEIGHTS` right after a `MATMUL` may start as soon as that
+`MATMUL` starts (the array has two weight buffers). Units: the DRAM port (shared by loads and
+stores), the weight loader, the array, the vector unit. An instruction occupies its unit for
+*busy* cycles and completes *latency* cycles later (only DMAs and vector ops have latency).
+The total is the latest completion.
+
+**Array formulas and SCALE-Sim.** Weight-stationary, per tile: `LOAD_WEIGHTS` takes k cycles,
+`MATMUL` takes M + rows + n - 2. SCALE-Sim charges each fold 2 x rows + cols + M - 2 (weights
+shifted through all rows, then M rows streamed with skew, drained through the whole array):
+the same for full tiles (k = rows, n = cols) with weight loading not overlapped. npuc differs
+(1) for partial tiles, where it charges the k rows and n columns used instead of the whole
+array, and (2) by double-buffered weights: the next tile's `LOAD_WEIGHTS` overlaps the current
+`MATMUL`. Output-stationary: `MATMUL_OS` takes k + m + n - 2 + rows (SCALE-Sim: 2 x rows + cols
++ k - 2 per fold, equal for full tiles). Both also respect scratchpad bandwidth
+(`scratchpad.banks` x `scratchpad.bank_width_bytes` bytes per cycle); bank conflicts are not
+modelled. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes /
+scratchpad bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}.
+
+## Energy model
+
+Energy = sum over instructions of their action counts x the target's `[energy]` table, plus
+`static_power_mw` x run time. Actions: int8 MACs, fp16 MACs, scratchpad bytes read and written,
+accumulator bytes read and written, DRAM bytes (whole bursts), vector lane-operations and one
+instruction issue per instruction. Each instruction lists its counts below.
+
+## Numerics
+
+{numerics.__doc__.strip()}
+
+Costs of `VUN` ops in lane-operations per element: """ + ", ".join(
+    f"{op.name} {op.lane_ops}" for op in UnOp
+) + ".\n"
+
+
+def _fields_table(d: InstrDef) -> str:
+    if not d.fields:
+        return "No fields.\n"
+    rows = ["| field | bits | position | type | default | meaning |", "|---|---|---|---|---|---|"]
+    pos = HEADER_BITS
+    for f in d.fields:
+        rows.append(f"| `{f.name}` | {f.bits} | {pos}-{pos + f.bits - 1} | {f.type_text} | {f.default_text} | {f.doc} |")
+        pos += f.bits
+    return "\n".join(rows) + "\n"
+
+
+def _section(d: InstrDef) -> str:
+    return (
+        f"### {d.name} (opcode 0x{d.opcode:02x})\n\n"
+        f"{d.summary}\n\n"
+        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}.\n\n"
+        f"{_fields_table(d)}\n"
+        f"**Semantics.** {d.semantics_doc}\n\n"
+        f"**Timing.** {d.timing_doc}\n\n"
+        f"**Energy.** {d.energy_doc}\n"
+    )
+
+
+def isa_markdown() -> str:
+    """The full ISA reference as Markdown."""
+    defs = all_defs()
+    summary = ["| mnemonic | opcode | queue | unit | summary |", "|---|---|---|---|---|"]
+    summary += [f"| [{d.name}](#{d.name.lower()}-opcode-0x{d.opcode:02x}) | 0x{d.opcode:02x} | {d.queue.name} | {d.unit.name} | {d.summary} |" for d in defs]
+    parts = [_INTRO, "## Instructions\n", "\n".join(summary) + "\n"]
+    parts += [_section(d) for d in defs]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(isa_markdown(), end="")
