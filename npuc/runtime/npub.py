@@ -39,7 +39,7 @@ from npuc.runtime.npub_model import (
     SegmentKind,
     SramUsage,
 )
-from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, validate_npub
+from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, check_fits_target, validate_npub
 
 __all__ = [
     "FORMAT_VERSION",
@@ -63,6 +63,7 @@ __all__ = [
     "SegmentKind",
     "SramUsage",
     "assemble",
+    "check_fits_target",
     "encode_sections",
     "no_code_check",
     "load_npub",
@@ -102,7 +103,11 @@ class _Header(NamedTuple):
 
 
 class TargetLike(Protocol):
-    """What :func:`load_npub` needs of an expected target: its name and 32-byte fingerprint."""
+    """What :func:`load_npub` needs of an expected target: its name and 32-byte fingerprint.
+
+    A :class:`npuc.targets.Target` also describes its memories (``dram``, ``scratchpad``,
+    ``accumulator``, each with ``size_bytes``); the loader then checks the memory plan fits.
+    """
 
     name: str
 
@@ -456,7 +461,8 @@ def load_npub(
 ) -> Npub:
     """Validate ``data`` completely and return the container it encodes.
 
-    ``expected_target``: refuse a container compiled for another target (fingerprints differ).
+    ``expected_target``: refuse a container compiled for another target (fingerprints differ)
+    or whose memory plan does not fit the target's memories.
     ``decode_code``: applied to each program of the CODE section; it raises an
     :class:`NpucError` on a malformed program and returns the decoded instructions (their count
     bounds the debug map) or None.  By default ``npuc.isa.decode_program`` when it is available;
@@ -486,6 +492,8 @@ def load_npub(
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None
     validate_npub(n, source, counts)
+    if expected_target is not None:
+        check_fits_target(n, expected_target, source)
     return n
 
 

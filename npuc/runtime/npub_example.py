@@ -133,15 +133,15 @@ END
 """
 
 
-def relu_npub() -> Npub:
+def relu_npub(target_name: str = EXAMPLE_TARGET, target_fingerprint: bytes = EXAMPLE_FINGERPRINT) -> Npub:
     """y = relu(x) for 16 int8 values, one NPU segment of real instructions (x at 0x40, y at 0x80)."""
     from npuc.isa import assemble
 
     t = TensorType((16,), DType.i8)
     regions = (Region("input", RegionKind.IO, 0x40, 16), Region("output", RegionKind.IO, 0x80, 16))
     return Npub(
-        target_name=EXAMPLE_TARGET,
-        target_fingerprint=EXAMPLE_FINGERPRINT,
+        target_name=target_name,
+        target_fingerprint=target_fingerprint,
         code_segments=(assemble(RELU_PROGRAM).encode(),),
         constants=b"",
         memory_plan=MemoryPlan(0x100, regions, (SramUsage(0x110, 0),)),

@@ -279,3 +279,28 @@ def _check_metadata(m: Metadata, c: _Check) -> None:
             raise c.fail(f"the value of extra key '{k}' is {v!r}, not a string")
     if keys != sorted(set(keys)):
         raise c.fail("the extra keys must be unique and sorted, so that the bytes are deterministic")
+
+
+def check_fits_target(n: "Npub", target: object, source: str | None = None) -> None:
+    """Check that the memory plan fits the memories of ``target`` (a :class:`npuc.targets.Target`).
+
+    The DRAM arena must fit in the target's DRAM and each code segment's SRAM use in its
+    scratchpad and accumulator.  Memories the target object does not describe are not checked.
+    """
+    c = _Check(source, "MEMORY_PLAN section")
+    name = getattr(target, "name", "?")
+    dram = _memory_size(target, "dram")
+    if dram is not None and n.memory_plan.dram_arena_size > dram:
+        raise c.fail(
+            f"the DRAM arena of {n.memory_plan.dram_arena_size} bytes exceeds the {dram}-byte DRAM of target '{name}'"
+        )
+    spad, acc = _memory_size(target, "scratchpad"), _memory_size(target, "accumulator")
+    for i, s in enumerate(n.memory_plan.sram):
+        for used, size, memory in ((s.scratchpad_bytes, spad, "scratchpad"), (s.accumulator_bytes, acc, "accumulator")):
+            if size is not None and used > size:
+                raise c.fail(f"code segment {i} uses {used} bytes of {memory}; target '{name}' has {size}")
+
+
+def _memory_size(target: object, memory: str) -> int | None:
+    size = getattr(getattr(target, memory, None), "size_bytes", None)
+    return size if isinstance(size, int) else None

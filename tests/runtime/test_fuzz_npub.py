@@ -42,6 +42,7 @@ from npuc.runtime.npub import (
 from npuc.runtime.npub_example import example_npub
 
 WATCHDOG_S = 2.0  # one case may take this long at most (a load takes well under a millisecond)
+MAX_SIMULATED_ARENA = 1 << 20  # larger (valid) arenas of mutated containers are loaded, not run
 
 
 def _bases() -> list[bytes]:
@@ -88,16 +89,16 @@ def outcome(data: bytes, decode_code=no_code_check) -> str:
     return _outcome_and_npub(data, decode_code)[0]
 
 
-def _outcome_and_npub(data: bytes, decode_code) -> tuple[str, Npub | None]:
+def _outcome_and_npub(data: bytes, decode_code, target=None) -> tuple[str, Npub | None]:
     with watchdog(WATCHDOG_S):
         try:
-            n = load_npub(data, decode_code=decode_code)
+            n = load_npub(data, decode_code=decode_code, expected_target=target)
         except NpucError as e:
             return _where(str(e)), None
     if struct.unpack_from("<HH", data, 8) == FORMAT_VERSION:
         assert n.to_bytes() == data, "a loaded container re-encodes to other bytes"
     else:
-        assert load_npub(n.to_bytes(), decode_code=decode_code) == n
+        assert load_npub(n.to_bytes(), decode_code=decode_code, expected_target=target) == n
     return "loaded", n
 
 
@@ -334,3 +335,54 @@ def test_fuzz_real_programs():
     case()
     print(f"\nreal programs: {sum(seen.values())} cases: {dict(sorted(seen.items()))}")
     assert seen["CODE section"] > 300 and seen["loaded"]
+
+
+def test_fuzz_real_programs_run_on_the_simulator():
+    """Mutated relu containers: refused, or loaded and run; unchanged code gives relu exactly."""
+    pytest.importorskip("npuc.runtime.sim")
+    import numpy as np
+
+    from npuc.isa import decode_program
+    from npuc.runtime.npub_example import relu_npub
+    from npuc.runtime.sim import simulate
+    from npuc.targets import load_target
+
+    target = load_target("npu-mid")
+    original = relu_npub(target.name, target.fingerprint())
+    base = original.to_bytes()
+    seen: collections.Counter = collections.Counter()
+
+    def run(n: Npub, x: np.ndarray) -> bytes | None:
+        dram = np.zeros(n.memory_plan.dram_arena_size, np.uint8)
+        xin = n.io_signature.inputs[0]
+        dram[xin.dram_offset : xin.dram_offset + 16] = x.view(np.uint8)
+        with watchdog(WATCHDOG_S):
+            try:
+                result = simulate(decode_program(n.code_segments[0]), target, dram)
+            except NpucError:
+                return None
+        y = n.io_signature.outputs[0]
+        return result.dram[y.dram_offset : y.dram_offset + y.type.nbytes]
+
+    @settings(max_examples=1000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.tuples(st.sampled_from([0, 0, 0, 0, 2, 3, 5, 6]), *_PAYLOAD_ARGS), st.binary(min_size=16, max_size=16))
+    def case(args, raw_x):
+        data = mutate_section(base, *args)
+        where, n = _outcome_and_npub(data, None, target)
+        if n is None or len(n.io_signature.inputs) != 1 or not n.segments:
+            seen[where] += 1
+            return
+        if n.memory_plan.dram_arena_size > MAX_SIMULATED_ARENA:
+            seen["loaded, arena too large to simulate here"] += 1
+            return
+        x = np.frombuffer(raw_x, np.int8)
+        y = run(n, x)
+        same = (n.code_segments, n.io_signature, n.memory_plan.dram_arena_size) == (
+            original.code_segments, original.io_signature, original.memory_plan.dram_arena_size)
+        if same:
+            assert y == np.maximum(x, 0).astype(np.int8).tobytes(), "an intact program gave a wrong result"
+        seen["ran, intact" if same else ("ran, changed" if y is not None else "refused by the simulator")] += 1
+
+    case()
+    print(f"\nsimulator: {sum(seen.values())} cases: {dict(sorted(seen.items()))}")
+    assert seen["ran, intact"] and seen["CODE section"]

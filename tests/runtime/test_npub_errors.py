@@ -510,3 +510,23 @@ def test_container_for_another_preset_target_is_refused():
 
 def test_section_kind_zero():
     rejected(patched_entry(0, "kind", 0), "section kind 0 is unknown")
+
+
+def _for_mid(**kw) -> tuple[bytes, object]:
+    from npuc.targets import load_target
+
+    mid = load_target("npu-mid")
+    n = replace(target_name=mid.name, target_fingerprint=mid.fingerprint(), **kw)
+    return unchecked(n), mid
+
+
+def test_arena_larger_than_the_target_dram():
+    data, mid = _for_mid(memory_plan=dataclasses.replace(example_npub().memory_plan, dram_arena_size=2**40))
+    load(data)  # without a target the arena size has no bound but its field
+    rejected(data, "DRAM arena of 1099511627776 bytes exceeds the 1073741824-byte DRAM of target 'npu-mid'", expected_target=mid)
+
+
+def test_sram_use_larger_than_the_target_scratchpad():
+    plan = dataclasses.replace(example_npub().memory_plan, sram=(SramUsage(0, 0), SramUsage(2**20, 0)))
+    data, mid = _for_mid(memory_plan=plan)
+    rejected(data, "code segment 1 uses 1048576 bytes of scratchpad; target 'npu-mid' has 524288", expected_target=mid)
