@@ -70,7 +70,13 @@ def _eval_node(g: Graph, node: Node, env: dict[int, torch.Tensor]) -> tuple[torc
         if id(v) not in env:
             raise VerifyError(f"value %{v.name} is used by '{node.op}' before it is defined")
         args.append(env[id(v)])
-    outs = tuple(get_op(node.op).reference(args, node.attrs))
+    try:
+        outs = tuple(get_op(node.op).reference(args, node.attrs))
+    except (RuntimeError, IndexError, ValueError) as e:
+        # Data-dependent failures, such as an embedding index outside the table.
+        where = f" (from {node.loc})" if node.loc else ""
+        names = ", ".join(f"%{v.name}" for v in node.outputs)
+        raise NpucError(f"node '{names} = {node.op}'{where} failed on its inputs: {e}") from None
     _check_outputs(node, outs)
     return outs
 

@@ -90,6 +90,16 @@ def test_missing_constant_is_reported() -> None:
         interpret(g)
 
 
+def test_data_dependent_failure_names_the_node() -> None:
+    b = GraphBuilder("lookup")
+    table = b.constant("table", torch.randn(4, 2))
+    idx = b.input(TensorType((3,), DType.i64), "idx")
+    out = b.add1("embedding", [table, idx], loc="model.py:9")
+    graph = b.build([out])
+    with pytest.raises(NpucError, match=r"node '%1 = embedding' \(from model.py:9\) failed on its inputs: index out of range"):
+        interpret(graph, torch.tensor([0, 4, 1]))
+
+
 def test_outputs_do_not_alias_inputs_mutations() -> None:
     b = GraphBuilder("id")
     x = b.input(TensorType((3,), DType.f32), "x")
