@@ -40,7 +40,8 @@ def int_range(dt: DType) -> tuple[int, int]:
 def to_dtype(x: np.ndarray, dt: DType) -> np.ndarray:
     """Convert ``x`` (integer or float array) to ``dt`` by the NPU's rules."""
     if dt.is_float:
-        return np.asarray(x, dtype=np.float64 if x.dtype.kind in "iu" else x.dtype).astype(dt.np)
+        with np.errstate(over="ignore"):  # overflow to infinity is the defined result
+            return np.asarray(x, dtype=np.float64 if x.dtype.kind in "iu" else x.dtype).astype(dt.np)
     lo, hi = _INT_RANGE[dt]
     if x.dtype.kind == "f":
         x = np.nan_to_num(np.rint(x.astype(np.float64)), nan=0.0, posinf=hi, neginf=lo)

@@ -57,7 +57,7 @@ class Region:
 
     def problem(self, mem_size: int) -> str | None:
         """Why this region is illegal in a memory of ``mem_size`` bytes, or None."""
-        what = f"{self.name or 'operand'} in {self.mem.name.upper()}"
+        what = f"operand '{self.name}' in {self.mem.name.upper()}" if self.name else self.mem.name.upper()
         es = self.itemsize
         if self.addr % es != 0:
             return f"{what}: address 0x{self.addr:x} is not aligned to its {es}-byte elements"

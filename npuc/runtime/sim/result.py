@@ -24,8 +24,8 @@ class SimResult:
     """The outcome of simulating one program on one target.
 
     ``unit_busy`` counts the cycles each unit was occupied (``dma``, ``wload``, ``array``,
-    ``vector``, ``ctrl``); ``queue_busy`` the cycles from start to completion of each queue's
-    instructions, summed.  ``energy_breakdown_pj`` has one entry per action kind plus
+    ``vector``, ``ctrl``); ``queue_busy`` the cycles during which each queue (``load``, ``compute``,
+    ``store``) had an instruction in flight.  ``energy_breakdown_pj`` has one entry per action kind plus
     ``static``.  ``dram``, ``spad`` and ``acc`` are the final memory contents (functional tier
     only, else None).
     """

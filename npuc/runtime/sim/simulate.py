@@ -55,13 +55,23 @@ def simulate(
     return _result(steps, sched, target, state)
 
 
+def _queue_busy(steps, sched) -> list[int]:
+    """Per queue, the cycles during which at least one of its instructions was in flight."""
+    busy = [0, 0, 0]
+    reach = [0, 0, 0]  # end of the union of intervals seen so far (starts are in order per queue)
+    for s in steps:
+        start, end = sched.starts[s.index], sched.ends[s.index]
+        q = s.queue
+        busy[q] += max(0, end - max(start, reach[q]))
+        reach[q] = max(reach[q], end)
+    return busy
+
+
 def _result(steps, sched, target: Target, state: MachineState | None) -> SimResult:
-    n_units = len(Unit)
-    unit_busy = [0] * n_units
-    queue_busy = [0, 0, 0]
+    unit_busy = [0] * len(Unit)
     for s in steps:
         unit_busy[s.unit] += s.busy
-        queue_busy[s.queue] += s.busy + s.latency
+    queue_busy = _queue_busy(steps, sched)
     totals = np.array([s.actions for s in steps], dtype=np.int64).sum(axis=0) if steps else None
     actions = Actions(*(int(x) for x in totals)) if totals is not None else Actions()
     total = max(sched.ends, default=0)
