@@ -1,0 +1,1 @@
+"""Code generation: kernels over DRAM tensors, instruction emission with dependency tokens."""

@@ -1,0 +1,210 @@
+"""Instruction emission with automatic dependency tokens.
+
+Kernels write instructions in *program order*, as if the machine ran them one after the other:
+load a tile, multiply it, store the result.  The :class:`Emitter` then makes the three queues of
+the decoupled machine respect that order exactly where it matters, and nowhere else: for every
+instruction it finds the earlier instructions of *other* queues whose memory regions conflict with
+its own (read after write, write after read, write after write; scratchpad, accumulator and DRAM
+alike) and are not already ordered before it, and adds the tokens that order them.
+
+Ordering facts are tracked with a vector clock per queue: ``known[q][p]`` is the highest program
+index of a queue-``p`` instruction known to have completed before queue ``q``'s next instruction
+starts.  In-order queues make that a prefix: the completion of instruction ``j`` implies that every
+earlier instruction of its queue has completed (the compute queue completes in order; DMA
+transfers of one queue complete in order because they all pay the same latency after their
+turn on the DRAM port).
+
+Token rules (see docs/isa.md): tokens travel between neighbouring queues (load <-> compute <->
+store).  A dependency of queue ``q`` on instruction ``j`` of a neighbour ``p`` sets ``j``'s signal
+flag towards ``q`` and the new instruction's wait flag from ``p``; every token is consumed by the
+instruction that asked for it, so the k-th wait on a channel always matches the k-th signal.  A
+load <-> store dependency is relayed through a ``NOP`` on the compute queue.  Dependencies only
+point backwards in program order, so the result cannot deadlock.
+
+Double buffering falls out: a kernel that alternates two scratchpad buffers gets tokens only
+between a buffer's consumer and the next load into that same buffer, so the load of tile i+1
+overlaps the compute of tile i.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+from npuc.errors import CompileError
+from npuc.isa.enums import Mem, Queue
+from npuc.isa.instr import Deps, FieldError, Instr, Program, build_args, get_def, program_problem
+from npuc.targets import Target
+
+_LOAD, _COMPUTE, _STORE = int(Queue.load), int(Queue.compute), int(Queue.store)
+_PRUNE_EVERY = 512
+
+
+@dataclass
+class _Access:
+    queue: int
+    index: int
+    lo: int
+    hi: int
+    writes: bool
+
+
+class Emitter:
+    """Collects a program in program order and inserts the dependency tokens it needs.
+
+    ``emit("DMA_LOAD", dram_addr=..., ...)`` builds and checks one instruction (fields as in
+    docs/isa.md) and returns its program index.  ``with em.source("layer1.0.conv1"):`` labels the
+    instructions emitted inside (the debug map).  ``finish()`` appends ``END`` and returns the
+    program and the label of every instruction.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._ops: list[tuple[str, Any]] = []
+        self._queues: list[int] = []
+        self._flags: list[list[bool]] = []  # wait_prev, wait_next, signal_prev, signal_next
+        self._sources: list[str] = []
+        self._clock_at: list[tuple[int, int, int]] = []  # knowledge when each instruction starts
+        self._known = [[-1, -1, -1] for _ in range(3)]
+        self._reads: dict[Mem, list[_Access]] = {m: [] for m in Mem}
+        self._writes: dict[Mem, list[_Access]] = {m: [] for m in Mem}
+        self._last = [-1, -1, -1]  # last program index per queue
+        self._pending = [[False, False] for _ in range(3)]  # waits for each queue's next instruction
+        self._label = ""
+        self._finished = False
+
+    # ------------------------------------------------------------------ labels
+
+    @contextmanager
+    def source(self, label: str) -> Iterator[None]:
+        """Label the instructions emitted inside the block (restored afterwards)."""
+        saved = self._label
+        self._label = label
+        try:
+            yield
+        finally:
+            self._label = saved
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    # ------------------------------------------------------------------ emission
+
+    def emit(self, op: str, /, **fields: Any) -> int:
+        """Append one instruction (and any tokens or relay NOPs it needs); return its index."""
+        if self._finished:
+            raise CompileError("the program is already finished")
+        try:
+            d = get_def(op)
+            if d is None:
+                raise FieldError(f"unknown instruction '{op}'")
+            ins = Instr(op, build_args(d, fields))
+        except FieldError as e:
+            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {e}") from None
+        problem = ins.defn.check(ins.args, self.target)
+        if problem:
+            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {problem}")
+        q = int(ins.defn.queue)
+        regions = ins.defn.regions(ins.args)
+        needs = self._conflicts(q, regions)
+        self._order_after(q, needs)
+        index = self._append(op, ins.args, q)
+        for r in regions:
+            acc = _Access(q, index, r.addr, r.end, r.writes)
+            (self._writes if r.writes else self._reads)[r.mem].append(acc)
+        if index % _PRUNE_EVERY == 0:
+            self._prune()
+        return index
+
+    def finish(self) -> tuple[Program, tuple[str, ...]]:
+        """Append END and return the program with its tokens, and each instruction's label."""
+        if not self._finished:
+            self._append("END", Instr.make("END").args, _COMPUTE)
+            self._finished = True
+        instrs = []
+        for (op, args), f in zip(self._ops, self._flags):
+            instrs.append(Instr(op, args, Deps(*f)))
+        problem = program_problem(instrs)
+        if problem:
+            raise CompileError(f"internal error: {problem}")
+        return Program(tuple(instrs)), tuple(self._sources)
+
+    # ------------------------------------------------------------------ internals
+
+    def _append(self, op: str, args: Any, q: int) -> int:
+        index = len(self._ops)
+        wait_prev, wait_next = self._pending[q]
+        self._pending[q] = [False, False]
+        self._ops.append((op, args))
+        self._queues.append(q)
+        self._flags.append([wait_prev, wait_next, False, False])
+        self._sources.append(self._label)
+        known = self._known[q]
+        if q == _COMPUTE:
+            # the compute queue starts an instruction only when every earlier one has completed
+            known[q] = max(known[q], self._last[q])
+        self._clock_at.append((known[0], known[1], known[2]))
+        self._last[q] = index
+        return index
+
+    def _conflicts(self, q: int, regions) -> dict[int, int]:
+        """For each other queue, the latest conflicting instruction not yet ordered before us."""
+        known = self._known[q]
+        needs: dict[int, int] = {}
+        for r in regions:
+            lists = [self._writes[r.mem]]
+            if r.writes:
+                lists.append(self._reads[r.mem])
+            lo, hi = r.addr, r.end
+            for lst in lists:
+                for a in lst:
+                    if a.queue != q and a.index > known[a.queue] and a.lo < hi and lo < a.hi:
+                        if a.index > needs.get(a.queue, -1):
+                            needs[a.queue] = a.index
+        return needs
+
+    def _order_after(self, q: int, needs: dict[int, int]) -> None:
+        """Make queue ``q``'s next instruction start after each ``needs[p]`` has completed."""
+        if not needs:
+            return
+        waits: dict[int, int] = dict(needs)
+        far = _STORE if q == _LOAD else _LOAD if q == _STORE else None
+        if far is not None and far in waits:
+            j = waits.pop(far)
+            # relay through the compute queue unless compute already knows about j
+            if self._last[_COMPUTE] >= 0 and self._clock_after(self._last[_COMPUTE])[far] >= j:
+                relay = self._last[_COMPUTE]
+            else:
+                self._order_after(_COMPUTE, {far: j})
+                relay = self._append("NOP", Instr.make("NOP").args, _COMPUTE)
+            waits[_COMPUTE] = max(waits.get(_COMPUTE, -1), relay)
+        for p, j in sorted(waits.items()):
+            if j > self._known[q][p]:
+                self._link(p, j, q)
+
+    def _link(self, p: int, j: int, q: int) -> None:
+        """Signal from instruction j (queue p) to the next instruction of neighbour queue q."""
+        toward_next = q > p
+        self._flags[j][3 if toward_next else 2] = True
+        self._pending[q][0 if toward_next else 1] = True
+        known = self._known[q]
+        after = self._clock_after(j)
+        for r in range(3):
+            known[r] = max(known[r], after[r])
+
+    def _clock_after(self, j: int) -> tuple[int, int, int]:
+        """What is known complete once instruction j has completed."""
+        c = list(self._clock_at[j])
+        p = self._queues[j]
+        c[p] = max(c[p], j)
+        return c[0], c[1], c[2]
+
+    def _prune(self) -> None:
+        """Forget accesses that every other queue already knows to be complete."""
+        for table in (self._reads, self._writes):
+            for mem, lst in table.items():
+                table[mem] = [
+                    a for a in lst
+                    if any(a.index > self._known[q][a.queue] for q in range(3) if q != a.queue)
+                ]
