@@ -95,7 +95,11 @@ def validate_npub(n: "Npub", source: str | None = None, instr_counts: Sequence[i
 
 def _check_header(n: "Npub", c: _Check) -> None:
     name = c.name(n.target_name, "the target name")
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_TARGET_NAME:
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise c.fail("the target name cannot be encoded as UTF-8") from None
+    if len(encoded) > MAX_TARGET_NAME:
         raise c.fail(f"the target name is longer than {MAX_TARGET_NAME} bytes")
     fp = n.target_fingerprint
     if not isinstance(fp, bytes) or len(fp) != FINGERPRINT_SIZE:

@@ -530,3 +530,8 @@ def test_sram_use_larger_than_the_target_scratchpad():
     plan = dataclasses.replace(example_npub().memory_plan, sram=(SramUsage(0, 0), SramUsage(2**20, 0)))
     data, mid = _for_mid(memory_plan=plan)
     rejected(data, "code segment 1 uses 1048576 bytes of scratchpad; target 'npu-mid' has 524288", expected_target=mid)
+
+
+def test_writer_refuses_a_target_name_that_is_not_utf8():
+    with pytest.raises(BinaryFormatError, match="target name cannot be encoded as UTF-8"):
+        replace(target_name="npu-\udcff").to_bytes()
