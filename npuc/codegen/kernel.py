@@ -119,7 +119,11 @@ class Plan:
 
 
 class KernelImpl(Protocol):
-    """What a kernel implementation provides (see the module docstring)."""
+    """What a kernel implementation provides (see the module docstring).
+
+    ``constant_layout(kernel, i)`` (optional) returns the physical order (outermost logical
+    dimension first) in which constant input ``i`` should be stored, or None for row-major.
+    """
 
     kind: str
 
@@ -128,6 +132,61 @@ class KernelImpl(Protocol):
     def plan(self, kernel: Kernel, target: Any) -> Plan: ...
 
     def emit(self, kernel: Kernel, plan: Plan, em: Any) -> None: ...
+
+
+def constant_layout(impl: KernelImpl, kernel: Kernel, index: int) -> tuple[int, ...] | None:
+    """The physical order ``impl`` wants for constant input ``index`` (None: row-major)."""
+    fn = getattr(impl, "constant_layout", None)
+    return fn(kernel, index) if fn is not None else None
+
+
+# ----------------------------------------------------------------------------- kind attributes
+# Attribute records of the kernel kinds that have no graph-op record of their own (docs/kernels.md).
+
+
+@dataclass(frozen=True)
+class PoolAttrs:
+    """``pool2d``: a max or average window over H and W (NCHW logical, channels-last physical)."""
+
+    kind: str  # "max" or "avg"
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+
+
+@dataclass(frozen=True)
+class SoftmaxAttrs:
+    """``softmax`` along ``dim`` (non-negative)."""
+
+    dim: int
+
+
+@dataclass(frozen=True)
+class LayerNormAttrs:
+    """``layernorm`` over the last ``normalized_rank`` dimensions."""
+
+    normalized_rank: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class ReduceAttrs:
+    """``reduce``: ``op`` in sum, mean, max, min over ``dims`` (non-negative, sorted)."""
+
+    op: str
+    dims: tuple[int, ...]
+    keepdim: bool
+
+
+@dataclass(frozen=True)
+class FillAttrs:
+    """``fill``: every element of the output view becomes ``value``."""
+
+    value: float
 
 
 _KERNELS: dict[str, KernelImpl] = {}
