@@ -138,7 +138,12 @@ class Npub:
     metadata: Metadata | None = None
 
     def __post_init__(self) -> None:
-        for name in ("code_segments", "segments", "cpu_fallback"):
+        if isinstance(self.constants, (bytearray, memoryview)):
+            object.__setattr__(self, "constants", bytes(self.constants))
+        if isinstance(self.code_segments, (list, tuple)):
+            programs = tuple(bytes(p) if isinstance(p, (bytearray, memoryview)) else p for p in self.code_segments)
+            object.__setattr__(self, "code_segments", programs)
+        for name in ("segments", "cpu_fallback"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
