@@ -99,19 +99,17 @@ def require_float_scalar(x: Any, what: str) -> float:
 # ------------------------------------------------------------------------------ structural
 
 
-@rule(DROPPED, "aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
-      "aten.sym_constrain_range_for_size.default", "aten._assert_async.msg")
+@rule(DROPPED, "aten._assert_tensor_metadata.default")
 def _assert(ctx: ConvertContext, a: dict) -> None:
     return None
 
 
-@rule(IDENTITY, "aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default",
-      "aten.detach.default", "aten.contiguous.default", "aten.dropout.default")
+@rule(IDENTITY, "aten.clone.default", "aten.alias.default")
 def _identity(ctx: ConvertContext, a: dict) -> Value:
-    return ctx.value(a.get("self", a.get("input")))
+    return ctx.value(a["self"])
 
 
-@rule("cast", "aten._to_copy.default", "aten.to.dtype")
+@rule("cast", "aten._to_copy.default")
 def _to_copy(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["self"], ctx.out_dtype())
 
@@ -163,18 +161,6 @@ def _clamp(ctx: ConvertContext, a: dict) -> Value:
     if lo is None and hi is None:
         return x
     return ctx.add("clamp", (x,), min=lo, max=hi)
-
-
-@rule("clamp", "aten.clamp_min.default")
-def _clamp_min(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"], ctx.out_dtype())
-    return ctx.add("clamp", (x,), min=require_float_scalar(a["min"], "clamp min"), max=None)
-
-
-@rule("clamp", "aten.clamp_max.default")
-def _clamp_max(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"], ctx.out_dtype())
-    return ctx.add("clamp", (x,), min=None, max=require_float_scalar(a["max"], "clamp max"))
 
 
 @rule("clamp", "aten.hardtanh.default")
@@ -265,16 +251,6 @@ def _div_mode(ctx: ConvertContext, a: dict) -> Value:
     return _binary("div")(ctx, a)
 
 
-@rule("sub, mul", "aten.rsub.Scalar", "aten.rsub.Tensor")
-def _rsub(ctx: ConvertContext, a: dict) -> Value:
-    """``other - alpha * self``."""
-    dt = ctx.out_dtype()
-    x = ctx.value(a["self"], dt)
-    if a.get("alpha", 1) != 1:
-        x = ctx.add("mul", (x, ctx.scalar(a["alpha"], dt)))
-    return ctx.add("sub", (ctx.value(a["other"], dt), x))
-
-
 def _logical(graph_op: str, bitwise: bool = False) -> Converter:
     def convert(ctx: ConvertContext, a: dict) -> Value:
         lhs, rhs = a["self"], a["other"]
@@ -295,7 +271,7 @@ rule("logical_or", "aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar")(_logical(
 rule("ne", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar")(_logical("ne", True))
 
 
-@rule("where", "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
+@rule("where", "aten.where.self")
 def _where(ctx: ConvertContext, a: dict) -> Value:
     dt = ctx.out_dtype()
     cond = ctx.value(a["condition"], torch.bool)
@@ -305,7 +281,7 @@ def _where(ctx: ConvertContext, a: dict) -> Value:
 # ------------------------------------------------------------------------------ linear algebra
 
 
-@rule("conv2d", "aten.convolution.default", "aten.conv2d.default")
+@rule("conv2d", "aten.convolution.default")
 def _convolution(ctx: ConvertContext, a: dict) -> Value:
     if a.get("transposed"):
         raise Unsupported("transposed convolution has no graph op")
@@ -362,11 +338,11 @@ def matmul(ctx: ConvertContext, x: Value, y: Value) -> Value:
     return ctx.reshape(out, ctx.out_shape())
 
 
-@rule("matmul, mul, add", "aten.addmm.default", "aten.baddbmm.default")
+@rule("matmul, mul, add", "aten.addmm.default")
 def _addmm(ctx: ConvertContext, a: dict) -> Value:
+    """``beta * self + alpha * (mat1 @ mat2)``; canonicalize makes a linear layer of it."""
     dt = ctx.out_dtype()
-    product = ctx.add("matmul", (ctx.value(a["mat1"] if "mat1" in a else a["batch1"]),
-                                 ctx.value(a["mat2"] if "mat2" in a else a["batch2"])))
+    product = ctx.add("matmul", (ctx.value(a["mat1"]), ctx.value(a["mat2"])))
     if a["alpha"] != 1:
         product = ctx.add("mul", (product, ctx.scalar(a["alpha"], dt)))
     if a["beta"] == 0:
@@ -383,13 +359,6 @@ def _addmm(ctx: ConvertContext, a: dict) -> Value:
 @rule("batch_norm", "aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(ctx: ConvertContext, a: dict) -> tuple:
     return (_batch_norm_value(ctx, a), Dropped("saved mean of batch_norm"), Dropped("saved inverse std of batch_norm"))
-
-
-@rule("batch_norm", "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default")
-def _batch_norm_training_flag(ctx: ConvertContext, a: dict) -> tuple:
-    if a.get("training", True):
-        raise Unsupported("batch_norm in training mode (batch statistics) is not an inference op; call model.eval()")
-    return _batch_norm(ctx, a)
 
 
 def _batch_norm_value(ctx: ConvertContext, a: dict) -> Value:
@@ -426,8 +395,8 @@ def _softmax_like(graph_op: str) -> Converter:
     return convert
 
 
-rule("softmax", "aten._softmax.default", "aten.softmax.int")(_softmax_like("softmax"))
-rule("log_softmax", "aten._log_softmax.default", "aten.log_softmax.int")(_softmax_like("log_softmax"))
+rule("softmax", "aten._softmax.default")(_softmax_like("softmax"))
+rule("log_softmax", "aten._log_softmax.default")(_softmax_like("log_softmax"))
 
 
 # ------------------------------------------------------------------------------ pooling
@@ -440,102 +409,121 @@ def _pool_stride(a: dict) -> tuple[int, int]:
     return pair(stride, "stride")
 
 
-def _require_4d(x: Value, op: str) -> None:
+def _as_nchw(ctx: ConvertContext, x: Value, op: str) -> Value:
+    """A rank-4 view of a pooling input (an unbatched CHW input gains N = 1)."""
+    if x.type.rank == 3:
+        return ctx.reshape(x, (1, *x.type.shape))
     if x.type.rank != 4:
-        raise Unsupported(f"{op} of a rank-{x.type.rank} tensor (npuc pools NCHW tensors of rank 4)")
+        raise Unsupported(f"{op} of a rank-{x.type.rank} tensor (npuc pools NCHW or CHW tensors)")
+    return x
 
 
-@rule("max_pool2d", "aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
+@rule("max_pool2d", "aten.max_pool2d_with_indices.default")
 def _max_pool2d(ctx: ConvertContext, a: dict) -> Any:
-    x = ctx.value(a["self"])
-    _require_4d(x, "max_pool2d")
+    x = _as_nchw(ctx, ctx.value(a["self"]), "max_pool2d")
     out = ctx.add("max_pool2d", (x,), kernel=pair(a["kernel_size"], "kernel_size"), stride=_pool_stride(a),
                   padding=pair(a["padding"], "padding"), dilation=pair(a["dilation"], "dilation"),
                   ceil_mode=bool(a["ceil_mode"]))
-    if isinstance(ctx.meta(), (tuple, list)):
-        return (out, Dropped("indices output of max_pool2d"))
-    return out
+    return (ctx.reshape(out, ctx.out_shape(0)), Dropped("indices output of max_pool2d"))
 
 
 @rule("avg_pool2d", "aten.avg_pool2d.default")
 def _avg_pool2d(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"])
-    _require_4d(x, "avg_pool2d")
+    x = _as_nchw(ctx, ctx.value(a["self"]), "avg_pool2d")
     d = a["divisor_override"]
-    return ctx.add("avg_pool2d", (x,), kernel=pair(a["kernel_size"], "kernel_size"), stride=_pool_stride(a),
-                   padding=pair(a["padding"], "padding"), ceil_mode=bool(a["ceil_mode"]),
-                   count_include_pad=bool(a["count_include_pad"]), divisor_override=None if d is None else int(d))
+    out = ctx.add("avg_pool2d", (x,), kernel=pair(a["kernel_size"], "kernel_size"), stride=_pool_stride(a),
+                  padding=pair(a["padding"], "padding"), ceil_mode=bool(a["ceil_mode"]),
+                  count_include_pad=bool(a["count_include_pad"]), divisor_override=None if d is None else int(d))
+    return ctx.reshape(out, ctx.out_shape())
 
 
-@rule("adaptive_avg_pool2d", "aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+@rule("adaptive_avg_pool2d", "aten.adaptive_avg_pool2d.default")
 def _adaptive_avg_pool2d(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"])
-    _require_4d(x, "adaptive_avg_pool2d")
-    return ctx.add("adaptive_avg_pool2d", (x,), output_size=tuple(ctx.out_shape()[-2:]))
+    x = _as_nchw(ctx, ctx.value(a["self"]), "adaptive_avg_pool2d")
+    out = ctx.add("adaptive_avg_pool2d", (x,), output_size=tuple(ctx.out_shape()[-2:]))
+    return ctx.reshape(out, ctx.out_shape())
 
 
 # ------------------------------------------------------------------------------ reductions
 
 
+def _at_least_1d(ctx: ConvertContext, x: Value) -> Value:
+    """Graph reductions want rank >= 1: a 0-d operand becomes [1] (reducing dim 0 of it)."""
+    return ctx.reshape(x, (1,)) if x.type.rank == 0 else x
+
+
 def _reduce(graph_op: str) -> Converter:
     def convert(ctx: ConvertContext, a: dict) -> Value:
-        dt = ctx.out_dtype()
-        x = ctx.value(a["self"], dt)
-        dims = norm_dims(a.get("dim"), x.type.rank)
-        keepdim = bool(a.get("keepdim", False))
+        x = ctx.value(a["self"], ctx.out_dtype())
         if x.type.rank == 0:
             return x
-        return ctx.add(graph_op, (x,), dims=dims, keepdim=keepdim)
+        dims = norm_dims(a.get("dim"), x.type.rank)
+        return ctx.add(graph_op, (x,), dims=dims, keepdim=bool(a.get("keepdim", False)))
 
     return convert
 
 
-rule("reduce_sum", "aten.sum.dim_IntList", "aten.sum.default")(_reduce("reduce_sum"))
+rule("reduce_sum", "aten.sum.dim_IntList")(_reduce("reduce_sum"))
 rule("reduce_mean", "aten.mean.dim", "aten.mean.default")(_reduce("reduce_mean"))
 rule("reduce_max", "aten.amax.default", "aten.max.default")(_reduce("reduce_max"))
 rule("reduce_min", "aten.amin.default", "aten.min.default")(_reduce("reduce_min"))
 
 
-def _any_all(graph_op: str) -> Converter:
-    """any/all as a max/min reduction of the operand as 0/1 floats, compared back to bool."""
-
-    def convert(ctx: ConvertContext, a: dict) -> Value:
-        x = ctx.value(a["self"])
-        nonzero = x if x.type.dtype.torch == torch.bool else ctx.add("ne", (x, ctx.scalar(0, x.type.dtype.torch)))
-        ones = ctx.cast(nonzero, torch.float32)
-        dims = norm_dims(a.get("dim"), x.type.rank)
-        reduced = ones if x.type.rank == 0 else ctx.add(graph_op, (ones,), dims=dims, keepdim=bool(a.get("keepdim", False)))
-        return ctx.cast(reduced, torch.bool)
-
-    return convert
+@rule("ne, cast, reduce_max", "aten.any.dim", "aten.any.dims", "aten.any.default")
+def _any(ctx: ConvertContext, a: dict) -> Value:
+    """any() as a max reduction of the operand as 0/1 floats, cast back to bool."""
+    x = ctx.value(a["self"])
+    nonzero = x if x.type.dtype.torch == torch.bool else ctx.add("ne", (x, ctx.scalar(0, x.type.dtype.torch)))
+    ones = ctx.cast(nonzero, torch.float32)
+    if x.type.rank > 0:
+        ones = ctx.add("reduce_max", (ones,), dims=norm_dims(a.get("dim"), x.type.rank),
+                       keepdim=bool(a.get("keepdim", False)))
+    return ctx.cast(ones, torch.bool)
 
 
-rule("ne, cast, reduce_max", "aten.any.dim", "aten.any.dims", "aten.any.default")(_any_all("reduce_max"))
-rule("ne, cast, reduce_min", "aten.all.dim", "aten.all.dims", "aten.all.default")(_any_all("reduce_min"))
+def _arg_extreme(ctx: ConvertContext, x: Value, dim: Any, keepdim: bool, smallest: bool,
+                 out_shape: tuple[int, ...] | None = None) -> Value:
+    """argmax (or argmin, as the argmax of -x) over ``dim``; None flattens first, as PyTorch does."""
+    if smallest:
+        x = ctx.add("neg", (x,))
+    if dim is None or x.type.rank == 0:
+        flat = ctx.reshape(x, (x.type.numel,))
+        shape = ctx.out_shape() if out_shape is None else out_shape
+        return ctx.reshape(ctx.add("argmax", (flat,), dim=0, keepdim=False), shape)
+    return ctx.add("argmax", (x,), dim=norm_dim(dim, x.type.rank), keepdim=keepdim)
 
 
 @rule("argmax", "aten.argmax.default")
 def _argmax(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"])
-    if a["dim"] is None:
-        x = ctx.reshape(x, (x.type.numel,))
-        return ctx.reshape(ctx.add("argmax", (x,), dim=0, keepdim=False), ctx.out_shape())
-    return ctx.add("argmax", (x,), dim=norm_dim(a["dim"], x.type.rank), keepdim=bool(a["keepdim"]))
+    return _arg_extreme(ctx, ctx.value(a["self"]), a["dim"], bool(a["keepdim"]), smallest=False)
 
 
-@rule("reduce_max, argmax", "aten.max.dim")
-def _max_dim(ctx: ConvertContext, a: dict) -> tuple:
-    x = ctx.value(a["self"])
-    d, keep = norm_dim(a["dim"], x.type.rank), bool(a["keepdim"])
-    return (ctx.add("reduce_max", (x,), dims=(d,), keepdim=keep), ctx.add("argmax", (x,), dim=d, keepdim=keep))
+@rule("neg, argmax", "aten.argmin.default")
+def _argmin(ctx: ConvertContext, a: dict) -> Value:
+    return _arg_extreme(ctx, ctx.value(a["self"]), a["dim"], bool(a["keepdim"]), smallest=True)
+
+
+def _extreme_with_index(smallest: bool) -> Converter:
+    def convert(ctx: ConvertContext, a: dict) -> tuple:
+        x = ctx.value(a["self"])
+        keep = bool(a["keepdim"])
+        if x.type.rank == 0:
+            return (x, _arg_extreme(ctx, x, None, keep, smallest, ctx.out_shape(1)))
+        d = norm_dim(a["dim"], x.type.rank)
+        values = ctx.add("reduce_min" if smallest else "reduce_max", (x,), dims=(d,), keepdim=keep)
+        return (values, _arg_extreme(ctx, x, d, keep, smallest))
+
+    return convert
+
+
+rule("reduce_max, argmax", "aten.max.dim")(_extreme_with_index(smallest=False))
+rule("reduce_min, neg, argmax", "aten.min.dim")(_extreme_with_index(smallest=True))
 
 
 # ------------------------------------------------------------------------------ shape and data movement
 
 
-@rule("reshape", "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-      "aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
-      "aten.flatten.using_ints", "aten.view_copy.default")
+@rule("reshape", "aten.view.default", "aten.squeeze.dims", "aten.unsqueeze.default")
 def _reshape(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(ctx.value(a["self"]), ctx.out_shape())
 
@@ -553,19 +541,7 @@ def permute(ctx: ConvertContext, x: Value, perm: tuple[int, ...]) -> Value:
     return ctx.add("permute", (x,), perm=perm)
 
 
-@rule("permute", "aten.t.default", "aten.transpose.int", "aten.numpy_T.default")
-def _transpose(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["self"])
-    rank = x.type.rank
-    if rank < 2:
-        return x
-    d0, d1 = (norm_dim(a["dim0"], rank), norm_dim(a["dim1"], rank)) if "dim0" in a else (0, 1)
-    perm = list(range(rank))
-    perm[d0], perm[d1] = perm[d1], perm[d0]
-    return permute(ctx, x, tuple(perm))
-
-
-@rule("expand", "aten.expand.default", "aten.expand_copy.default")
+@rule("expand", "aten.expand.default")
 def _expand(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["self"])
     shape = ctx.out_shape()
@@ -614,7 +590,7 @@ def _select(ctx: ConvertContext, a: dict) -> Value:
     return ctx.add("select", (x,), dim=dim, index=index % size)
 
 
-@rule("concat", "aten.cat.default", "aten.concat.default")
+@rule("concat", "aten.cat.default")
 def _cat(ctx: ConvertContext, a: dict) -> Value:
     dt = ctx.out_dtype()
     parts = [ctx.value(t, dt) for t in a["tensors"]]
@@ -626,7 +602,7 @@ def _cat(ctx: ConvertContext, a: dict) -> Value:
     return ctx.add("concat", tuple(parts), dim=dim)
 
 
-@rule("slice", "aten.split_with_sizes.default", "aten.split.Tensor", "aten.split.sizes")
+@rule("slice", "aten.split_with_sizes.default")
 def _split(ctx: ConvertContext, a: dict) -> tuple:
     x = ctx.value(a["self"])
     dim = norm_dim(a["dim"], x.type.rank)
@@ -638,13 +614,6 @@ def _split(ctx: ConvertContext, a: dict) -> tuple:
     return tuple(out)
 
 
-@rule("select", "aten.unbind.int")
-def _unbind(ctx: ConvertContext, a: dict) -> tuple:
-    x = ctx.value(a["self"])
-    dim = norm_dim(a["dim"], x.type.rank)
-    return tuple(ctx.add("select", (x,), dim=dim, index=i) for i in range(x.type.shape[dim]))
-
-
 @rule("pad", "aten.constant_pad_nd.default")
 def _pad(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["self"])
@@ -654,12 +623,13 @@ def _pad(ctx: ConvertContext, a: dict) -> Value:
     return ctx.add("pad", (x,), pads=pads, value=require_float_scalar(a["value"], "pad value"))
 
 
-@rule("upsample_nearest2d", "aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default")
+@rule("upsample_nearest2d", "aten.upsample_nearest2d.vec")
 def _upsample_nearest(ctx: ConvertContext, a: dict) -> Value:
-    x = ctx.value(a["input"] if "input" in a else a["self"])
-    _require_4d(x, "upsample_nearest2d")
+    x = ctx.value(a["input"])
+    if x.type.rank != 4:
+        raise Unsupported(f"nearest upsampling of a rank-{x.type.rank} tensor (upsample_nearest2d takes NCHW)")
     out_hw = ctx.out_shape()[-2:]
-    scales = a.get("scale_factors") or [a.get("scales_h"), a.get("scales_w")]
+    scales = a["scale_factors"] or [None, None]
     for s, i, o in zip(scales, x.type.shape[-2:], out_hw):
         if s is not None and float(s) * i != o:
             raise Unsupported(f"nearest upsampling by the non-integer scale {s} (size {i} -> {o})")
@@ -674,11 +644,10 @@ def _embedding(ctx: ConvertContext, a: dict) -> Value:
 @rule("index_select", "aten.index_select.default")
 def _index_select(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["self"])
-    index = ctx.value(a["index"])
+    index = ctx.reshape(ctx.value(a["index"]), (ctx.value(a["index"]).type.numel,))
     dim = norm_dim(a["dim"], x.type.rank)
-    if index.type.rank == 0:
-        index = ctx.reshape(index, (1,))
-    return ctx.reshape(ctx.add("index_select", (x, index), dim=dim), ctx.out_shape())
+    picked = ctx.add("index_select", (_at_least_1d(ctx, x), index), dim=dim)
+    return ctx.reshape(picked, ctx.out_shape())
 
 
 @rule("index_select, reshape", "aten.index.Tensor")

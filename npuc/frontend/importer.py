@@ -31,7 +31,7 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from npuc.errors import UnsupportedOpError
+from npuc.errors import UnsupportedOpError, VerifyError
 from npuc.frontend.aten_table import ATEN_TABLE
 from npuc.frontend.context import ConvertContext, Dropped, Folded, Unsupported, bind_arguments
 from npuc.frontend.export import export_program
@@ -154,10 +154,17 @@ class _Importer:
         if isinstance(r, Folded):
             self.ctx.node, self.ctx.loc = out, None
             return self.ctx.value(out)
-        if not isinstance(r, _Failed):
-            self.problems.append(Problem("output", f"output{index}", None, None,
-                                         f"model output {index} is a {type(r).__name__}, not a tensor"))
+        if isinstance(r, Dropped):
+            self._output_problem(index, out, f"model output {index} is the {r.what}, which npuc does not compute")
+        elif not isinstance(r, _Failed):
+            self._output_problem(index, out, f"model output {index} is a {type(r).__name__}, not a tensor")
         return Value(f"failed{index}", TensorType((), DType.f32))
+
+    def _output_problem(self, index: int, out: Any, reason: str) -> None:
+        if isinstance(out, torch.fx.Node):
+            self._problem(out, "model output", reason)
+        else:
+            self.problems.append(Problem("model output", f"output{index}", None, None, reason))
 
     # ----------------------------------------------------------------- calls
 
@@ -192,6 +199,9 @@ class _Importer:
             return rule.convert(self.ctx, bind_arguments(target, node.args, node.kwargs))
         except Unsupported as e:
             self._problem(node, aten, str(e))
+            return _Failed()
+        except VerifyError as e:
+            self._problem(node, aten, f"its arguments are outside what the graph op accepts: {e}")
             return _Failed()
 
     def _fold(self, node: torch.fx.Node, target: torch._ops.OpOverload, shape_only: bool = False) -> Any:

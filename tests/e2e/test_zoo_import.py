@@ -1,0 +1,91 @@
+"""Every zoo model: import, run the graph passes, and agree with PyTorch eager fp32.
+
+Each model is exported once per test session (a per-process cache; under pytest-xdist each model's
+tests share one worker through its xdist group).  The tolerance is relative to the output scale:
+max |npuc - eager| <= 1e-4 * max(1, max |eager|).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pytest
+import torch
+
+from npuc.frontend import import_graph
+from npuc.interp import interpret
+from npuc.ir import Graph, graphs_equal, parse_graph, print_graph
+from npuc.pipeline import GRAPH_PASSES, StageRecord, run_graph_passes
+from npuc.zoo import zoo_entry, zoo_names
+
+CNNS = [n for n in zoo_names() if n.startswith("torchvision:") and "vit" not in n]
+
+
+@dataclass(frozen=True)
+class Imported:
+    inputs: tuple
+    expected: torch.Tensor
+    raw: Graph
+    optimized: Graph
+    records: tuple[StageRecord, ...]
+
+
+@lru_cache(maxsize=None)
+def imported(name: str) -> Imported:
+    model, inputs = zoo_entry(name).load()
+    with torch.no_grad():
+        expected = model(*inputs)
+    raw = import_graph(model, inputs, name=name)
+    records: list[StageRecord] = []
+    optimized = run_graph_passes(raw, verify_each=True, records=records)
+    return Imported(inputs, expected, raw, optimized, tuple(records))
+
+
+def zoo_params(names):
+    return [pytest.param(n, marks=pytest.mark.xdist_group(n), id=n) for n in names]
+
+
+def assert_close_to_eager(g: Graph, m: Imported) -> None:
+    (got,) = interpret(g, *m.inputs)
+    assert got.shape == m.expected.shape and got.dtype == m.expected.dtype
+    scale = max(1.0, float(m.expected.abs().max()))
+    err = float((got - m.expected).abs().max())
+    assert err <= 1e-4 * scale, f"max abs error {err:.3e} exceeds 1e-4 x {scale:.3g}"
+
+
+@pytest.mark.parametrize("name", zoo_params(zoo_names()))
+def test_raw_import_matches_eager(name):
+    assert_close_to_eager(imported(name).raw, imported(name))
+
+
+@pytest.mark.parametrize("name", zoo_params(zoo_names()))
+def test_optimized_graph_matches_eager(name):
+    m = imported(name)
+    assert_close_to_eager(m.optimized, m)
+    # every pass ran and was verified (run_graph_passes verifies after each one)
+    assert [r.name for r in m.records] == [p.__name__ for p in GRAPH_PASSES]
+    assert len(m.optimized.nodes) < len(m.raw.nodes)
+
+
+@pytest.mark.parametrize("name", zoo_params(CNNS))
+def test_passes_remove_every_batch_norm(name):
+    m = imported(name)
+    assert any(n.op == "batch_norm" for n in m.raw.nodes)
+    assert not any(n.op == "batch_norm" for n in m.optimized.nodes)
+
+
+@pytest.mark.parametrize("name", zoo_params(zoo_names()))
+def test_text_round_trip(name):
+    m = imported(name)
+    for g in (m.raw, m.optimized):
+        assert graphs_equal(parse_graph(print_graph(g), g.constants), g)
+
+
+@pytest.mark.parametrize("name", zoo_params(zoo_names()))
+def test_nodes_carry_user_source_locations(name):
+    g = imported(name).raw
+    compute = [n for n in g.nodes if n.op != "const"]
+    located = [n for n in compute if n.loc]
+    assert len(located) >= 0.9 * len(compute)
+    assert not any("torch/nn/" in n.loc for n in located)
