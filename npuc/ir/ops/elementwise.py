@@ -23,8 +23,6 @@ from npuc.ir.ops.common import (
 )
 from npuc.ir.types import DType, TensorType
 
-__all__ = ["broadcast_shapes"]
-
 # Which element types an op accepts: "float" (floating point), "numeric" (no bool), "any".
 _DTYPE_CHECK: dict[str, Callable[[str, TensorType, str], None]] = {
     "float": require_float,
