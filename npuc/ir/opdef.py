@@ -12,6 +12,9 @@ Op definitions live in :mod:`npuc.ir.ops` (one module per family) and call :func
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -77,12 +80,67 @@ class OpDef:
             raise VerifyError(
                 f"op '{self.name}' needs attributes of type {self.attrs.__name__}, got {type(attrs).__name__}"
             )
+        problem = attr_type_problem(attrs)
+        if problem:
+            raise VerifyError(f"{self.name}: {problem}")
         if self.verify is not None:
             self.verify(in_types, attrs)
         return tuple(self.infer(in_types, attrs))
 
     def attr_fields(self) -> list[dataclasses.Field]:
         return list(dataclasses.fields(self.attrs))
+
+
+def _value_problem(value: Any, hint: Any) -> str | None:
+    """Why ``value`` does not match the annotation ``hint``, or None."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        if any(_value_problem(value, a) is None for a in args):
+            return None
+        return f"{value!r} is none of {', '.join(getattr(a, '__name__', str(a)) for a in args)}"
+    if hint is type(None):
+        return None if value is None else f"{value!r} is not none"
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return f"{value!r} is not a tuple"
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = [(v, args[0]) for v in value]
+        else:
+            if len(args) != len(value):
+                return f"{value!r} needs {len(args)} entries, has {len(value)}"
+            items = list(zip(value, args))
+        for v, a in items:
+            p = _value_problem(v, a)
+            if p:
+                return p
+        return None
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"{value!r} is not a number"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"{value!r} is not an integer"
+    if isinstance(hint, type):
+        return None if isinstance(value, hint) else f"{value!r} is not a {hint.__name__}"
+    return None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def attr_type_problem(attrs: Any) -> str | None:
+    """Why an attribute record's field values do not match their declared types, or None."""
+    hints = _hints(type(attrs))
+    for f in dataclasses.fields(attrs):
+        p = _value_problem(getattr(attrs, f.name), hints[f.name])
+        if p:
+            return f"attribute '{f.name}': {p}"
+    return None
 
 
 _REGISTRY: dict[str, OpDef] = {}

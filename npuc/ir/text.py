@@ -273,7 +273,18 @@ def _parse_attrs(t: _Tokens, op: str, line: int) -> Any:
 
 
 def parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None = None) -> Graph:
-    """Parse the text form back into a graph.  ``constants`` supplies the referenced tensors."""
+    """Parse the text form back into a graph.  ``constants`` supplies the referenced tensors.
+
+    Malformed text raises :class:`ParseError` (with a line number where one is known), never a
+    bare ValueError from a literal deep inside.
+    """
+    try:
+        return _parse_graph(text, constants)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ParseError(f"malformed graph text: {e}") from None
+
+
+def _parse_graph(text: str, constants: Mapping[str, torch.Tensor] | None) -> Graph:
     from npuc.ir.verify import verify
 
     constants = dict(constants or {})

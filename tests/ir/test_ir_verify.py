@@ -269,3 +269,19 @@ def test_declared_results_must_match_returned_values() -> None:
     bad = GOOD.replace("-> (tensor<2x3xf32>)", "-> (tensor<3x2xf32>)")
     with pytest.raises(ParseError, match="do not match the declared result types"):
         parse_graph(bad, CONSTS)
+
+
+def test_attribute_field_types_are_checked() -> None:
+    from npuc.ir.ops.linalg import Conv2dAttrs
+
+    with pytest.raises(VerifyError, match="attribute 'stride': 2 is not a tuple"):
+        add_node("conv2d", [TensorType((1, 3, 8, 8), DType.f32), TensorType((4, 3, 3, 3), DType.f32)], Conv2dAttrs(stride=2))
+
+
+def test_malformed_literals_are_parse_errors() -> None:
+    from npuc.errors import ParseError
+    from npuc.ir.text import parse_graph
+
+    bad_string = 'graph @"g"(%x: tensor<2xf32>) -> (tensor<2xf32>) {\n  %0 = relu(%x) : tensor<2xf32> loc("a\\x")\n  return %0\n}\n'
+    with pytest.raises(ParseError):
+        parse_graph(bad_string)
