@@ -10,8 +10,10 @@ cannot compile: non-tensor inputs, dynamic shapes and models that mutate their b
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
+import sys
 from typing import Any, Iterator
 
 import torch
@@ -95,17 +97,25 @@ def export_program(
 
 @contextlib.contextmanager
 def quiet_torch_logs() -> Iterator[None]:
-    """Silence PyTorch's own logging of traced graphs for the duration of an export."""
+    """Silence PyTorch's own reports of a failing export (logged guards, the partial FX graph it
+    prints to stderr): npuc raises one error of its own instead.  What the model itself writes to
+    stderr during a successful export is passed on."""
     saved = []
     for name in _NOISY_LOGGERS:
         logger = logging.getLogger(name)
         saved.append((logger, logger.level))
         logger.setLevel(logging.CRITICAL)
+    captured = io.StringIO()
+    ok = False
     try:
-        yield
+        with contextlib.redirect_stderr(captured):
+            yield
+        ok = True
     finally:
         for logger, level in saved:
             logger.setLevel(level)
+        if ok and captured.getvalue():
+            sys.stderr.write(captured.getvalue())
 
 
 # --------------------------------------------------------------------------------- checks

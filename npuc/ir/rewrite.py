@@ -118,6 +118,8 @@ def rewrite(g: Graph, fn: RewriteFn, *, name: str | None = None) -> Graph:
         for v in n.outputs:
             builder.fresh_name(v.name)  # reserve: kept values keep their names
     rw = Rewriter(g, builder)
+    for old, new in mapping.items():
+        rw._stands_for[new] = old
     for cname in g.constants:
         builder.copy_constant(g, cname)
     for node in g.nodes:
