@@ -84,8 +84,14 @@ def _parse_line(line: str, lineno: int) -> Instr:
         raise AsmError(f"line {lineno}: {e}") from None
 
 
+_FIELD_MAPS: dict[str, dict] = {}
+
+
 def _parse_value(d: InstrDef, key: str, val: str, lineno: int) -> object:
-    f = next((f for f in d.fields if f.name == key), None)
+    fmap = _FIELD_MAPS.get(d.name)
+    if fmap is None:
+        fmap = _FIELD_MAPS[d.name] = {f.name: f for f in d.fields}
+    f = fmap.get(key)
     if f is None:
         raise AsmError(
             f"line {lineno}: {d.name} has no field '{key}' (fields: {', '.join(x.name for x in d.fields)})"

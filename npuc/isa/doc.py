@@ -93,23 +93,28 @@ Each queue starts its instructions in order. An instruction starts when (1) its 
 (2) its unit is free, (3) the tokens it waits for have arrived. (1): the load and store queues may
 start a transfer as soon as the previous one has left the DRAM port (transfers are pipelined:
 latency overlaps); the compute queue starts an instruction when all earlier compute instructions
-have completed, except that a `LOAD_WEIGHTS` right after a `MATMUL` may start as soon as that
-`MATMUL` starts (the array has two weight buffers). Units: the DRAM port (shared by loads and
-stores), the weight loader, the array, the vector unit. An instruction occupies its unit for
-*busy* cycles and completes *latency* cycles later (only DMAs and vector ops have latency).
+have completed, except right after an instruction it *may follow* (listed below), which it may
+start beside: `LOAD_WEIGHTS` as soon as the `MATMUL` before it starts (the array has two weight
+buffers), `MATMUL_OS` as soon as the array is free after the `MATMUL_OS` before it (outputs drain
+meanwhile). Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
+vector unit. An instruction occupies its unit for *busy* cycles and completes *latency* cycles
+later (DMAs: the DRAM latency; MATMUL_OS: the output drain; vector ops: the pipeline depth).
 The total is the latest completion.
 
 **Array formulas and SCALE-Sim.** Weight-stationary, per tile: `LOAD_WEIGHTS` takes k cycles,
-`MATMUL` takes M + rows + n - 2. SCALE-Sim charges each fold 2 x rows + cols + M - 2 (weights
-shifted through all rows, then M rows streamed with skew, drained through the whole array):
-the same for full tiles (k = rows, n = cols) with weight loading not overlapped. npuc differs
-(1) for partial tiles, where it charges the k rows and n columns used instead of the whole
-array, and (2) by double-buffered weights: the next tile's `LOAD_WEIGHTS` overlaps the current
-`MATMUL`. Output-stationary: `MATMUL_OS` takes k + m + n - 2 + rows (SCALE-Sim: 2 x rows + cols
-+ k - 2 per fold, equal for full tiles). Both also respect scratchpad bandwidth
-(`scratchpad.banks` x `scratchpad.bank_width_bytes` bytes per cycle); bank conflicts are not
-modelled. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes /
-scratchpad bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}.
+`MATMUL` takes M + rows + n - 2. SCALE-Sim charges each weight-stationary fold 2 x rows + cols +
+M - 2 (weights shifted through all rows, then M rows streamed with skew and drained): the same
+for full tiles (k = rows, n = cols) when weight loading is not overlapped. npuc differs (1) for
+partial tiles, where it charges the k rows and n columns used instead of the whole array, and
+(2) by double-buffered weights: the next tile's `LOAD_WEIGHTS` overlaps the current `MATMUL`.
+Output-stationary: `MATMUL_OS` occupies the array k + m + n - 2 cycles and then drains for rows
+cycles, overlapped by the next `MATMUL_OS`; SCALE-Sim's code charges each output-stationary fold
+K + rows + cols - 2, the same for full tiles except npuc's final drain. Both dataflows also
+respect scratchpad bandwidth (`scratchpad.banks` x `scratchpad.bank_width_bytes` bytes per
+cycle); bank conflicts are not modelled. Consecutive `MATMUL`s are not pipelined into each
+other. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes / scratchpad
+bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}. Compute-queue instructions otherwise run
+one at a time: vector work does not overlap array work.
 
 ## Energy model
 
@@ -142,7 +147,9 @@ def _section(d: InstrDef) -> str:
     return (
         f"### {d.name} (opcode 0x{d.opcode:02x})\n\n"
         f"{d.summary}\n\n"
-        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}.\n\n"
+        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}."
+        + (f" May follow: {', '.join(d.may_follow)}." if d.may_follow else "")
+        + "\n\n"
         f"{_fields_table(d)}\n"
         f"**Semantics.** {d.semantics_doc}\n\n"
         f"**Timing.** {d.timing_doc}\n\n"

@@ -9,6 +9,7 @@ immediate written as a decimal number; NaN is refused so that text and bits map 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -29,7 +30,12 @@ class Derived:
     expr: str
 
     def __call__(self, values: Mapping[str, Any]) -> Any:
-        return eval(self.expr, {"__builtins__": {}}, dict(values))  # noqa: S307 (npuc's own constant text)
+        return eval(_compiled(self.expr), {"__builtins__": {}}, dict(values))  # noqa: S307 (npuc's own text)
+
+
+@functools.cache
+def _compiled(expr: str):
+    return compile(expr, f"<default {expr}>", "eval")
 
 
 Default = int | float | enum.IntEnum | Derived | None

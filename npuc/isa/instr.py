@@ -49,6 +49,9 @@ class InstrDef:
     and completes ``latency`` cycles after that.  ``check`` returns why the instruction cannot
     run on a target (a dimension larger than the array, a dataflow or dtype the target lacks),
     or None.  ``validate`` returns why field values that are each in range do not fit together.
+    ``may_follow`` names the compute instructions this one may start beside: right after one of
+    them it starts as soon as that one has started (its own unit permitting), instead of waiting
+    for it to complete.
     """
 
     name: str
@@ -66,6 +69,7 @@ class InstrDef:
     energy_doc: str
     check: CheckFn = _no_check
     validate: Callable[[Any], "str | None"] = lambda args: None
+    may_follow: tuple[str, ...] = ()
     args_type: type = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

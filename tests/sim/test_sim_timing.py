@@ -49,6 +49,10 @@ def test_weight_loads_overlap_previous_matmul_unless_separated():
 def test_output_stationary_tile():
     assert cycles("MATMUL_OS m=16 k=64 n=16 in_addr=0 w_addr=0x1000 out_addr=0\nEND") == 64 + 16 + 16 - 2 + R
     assert cycles("MATMUL_OS m=3 k=1000 n=5 in_addr=0 w_addr=0x1000 out_addr=0\nEND") == 1000 + 3 + 5 - 2 + R
+    # the drain of one output tile overlaps the next tile's compute; a NOP in between prevents it
+    os2 = "MATMUL_OS m=16 k=64 n=16 in_addr=0 w_addr=0x1000 out_addr=0\nMATMUL_OS m=16 k=64 n=16 in_addr=0 w_addr=0x1000 out_addr=0x400\n"
+    assert cycles(os2 + "END") == 2 * (64 + 16 + 16 - 2) + R
+    assert cycles(os2.replace("\nMATMUL_OS", "\nNOP\nMATMUL_OS", 1) + "END") == 2 * (64 + 16 + 16 - 2 + R) + 1
 
 
 def test_dma_bursts_latency_and_pipelining():

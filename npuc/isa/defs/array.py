@@ -9,7 +9,6 @@ from npuc.isa.actions import memory_actions
 from npuc.isa.enums import DType, Mem, Queue, Unit
 from npuc.isa.fields import Derived, addr, choice, count, flag, uint
 from npuc.isa.instr import InstrDef, register
-from npuc.isa.numerics import wrap_int32
 from npuc.isa.region import Region
 from npuc.isa.widths import LOCAL_ADDR_BITS
 
@@ -49,17 +48,22 @@ def _dataflow_problem(dataflow: str, target) -> str | None:
 
 
 def _product(x: np.ndarray, w: np.ndarray, dt: DType) -> np.ndarray:
-    """x (M x K) @ w (K x N): exact int64 for int8 (through float64, exact below 2^53), fp32 for fp16."""
+    """x (M x K) @ w (K x N), exactly: int32 for int8, fp32 for fp16.
+
+    int8 products are below 2^14 in magnitude, so sums of up to 1024 of them are exact in fp32
+    (24-bit significand) and longer ones in fp64; the result is converted to int32 exactly.
+    """
     if dt is DType.int8:
-        return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+        ft = np.float32 if x.shape[1] <= 1024 else np.float64
+        return (x.astype(ft) @ w.astype(ft)).astype(np.int32)
     return x.astype(np.float32) @ w.astype(np.float32)
 
 
 def _accumulate(st, out: Region, prod: np.ndarray, dt: DType, accumulate: bool) -> None:
-    """Write (or add) a product into ACC: int32 wrapping for int8, fp32 for fp16."""
+    """Write (or add) a product into ACC: int32 adds wrap (two's complement), fp32 adds round."""
     if accumulate:
-        prod = prod + (st.read(out).astype(np.int64) if dt is DType.int8 else st.read(out))
-    st.write(out, wrap_int32(prod) if dt is DType.int8 else prod.astype(np.float32))
+        prod = st.view(out) + prod  # int32 + int32 wraps in numpy, fp32 + fp32 rounds
+    st.write(out, prod)
 
 
 def _matmul_actions(macs: int, dt: DType, target, regions):
@@ -111,6 +115,7 @@ register(
         actions=lambda a, t, r: memory_actions(r, t.dma.burst_bytes),
         check=_lw_check,
         validate=_validate_dtype,
+        may_follow=("MATMUL",),
         semantics_doc="The array's stationary weights become W[k][n] = SPAD[addr + k*s_k + n*s_n] "
         "(K x N of `dtype`). Swapping the strides (s_k = element size, s_n = row bytes) loads a "
         "tile stored transposed (N x K). The array holds two weight buffers: the load fills the "
@@ -232,7 +237,7 @@ def _os_check(a, target) -> str | None:
 def _os_timing(a, target, regions) -> tuple[int, int]:
     streamed = regions[0].nbytes + regions[1].nbytes
     stream = max(a.k, -(-streamed // target.spad_bytes_per_cycle))
-    return stream + a.m + a.n - 2 + target.array.rows, 0
+    return stream + a.m + a.n - 2, target.array.rows
 
 
 register(
@@ -261,13 +266,17 @@ register(
         actions=lambda a, t, r: _matmul_actions(a.m * a.k * a.n, a.dtype, t, r),
         check=_os_check,
         validate=_validate_dtype,
+        may_follow=("MATMUL_OS",),
         semantics_doc="ACC[out_addr + i*out_s + 4n] (=, or += when `acc` = 1) sum over k of "
         "SPAD[in_addr + i*in_s + k*esize] * SPAD[w_addr + k*w_s + n*esize], with the same "
         "arithmetic as MATMUL. The processing elements hold the outputs, so the array's "
         "stationary weights are lost: a later MATMUL needs a new LOAD_WEIGHTS.",
         timing_doc="busy = max(k, ceil((m + n) x k x esize / scratchpad bytes per cycle)) + m + n "
-        "- 2 + array.rows cycles on the array: both operands stream in skewed for k steps, then "
-        "the outputs drain through the rows.",
+        "- 2 cycles on the array (both operands stream in skewed for k steps), then array.rows "
+        "cycles of latency while the outputs drain through the rows to the accumulators. The PEs "
+        "keep a second set of output registers, so a MATMUL_OS right after another may start as "
+        "soon as the array is free, its compute overlapping the previous drain (it must not "
+        "accumulate into outputs still draining).",
         energy_doc="MACs: m x k x n. Scratchpad bytes read: (m + n) x k x esize. Accumulator "
         "bytes written: m x n x 4 (also read when `acc` = 1).",
     )

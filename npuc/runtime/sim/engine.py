@@ -6,8 +6,9 @@ can start once
 
 * its queue allows it: on the load and store queues when the previous transfer has left the
   DRAM port (transfers are pipelined); on the compute queue when every earlier compute
-  instruction has completed, except that a ``LOAD_WEIGHTS`` right after a weight-stationary
-  ``MATMUL`` may start when that MATMUL starts (the array's second weight buffer);
+  instruction has completed, except right after an instruction its definition ``may_follow``
+  (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
+  ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside;
 * its unit is free (the DRAM port is shared by loads and stores);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
 
@@ -41,12 +42,12 @@ class Schedule:
 
 def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
     """Schedule ``steps`` (and execute them on ``state`` unless it is None)."""
-    queues: list[list[Step]] = [[], [], []]
-    for s in steps:
-        queues[s.queue].append(s)
+    queues: list[list[int]] = [[], [], []]  # program indices per queue
+    for i, s in enumerate(steps):
+        queues[s.queue].append(i)
     head = [0, 0, 0]
     qfree = [0, 0, 0]  # earliest start allowed by the queue's order
-    mm_start = -1  # start of the compute queue's last instruction if it was a WS MATMUL, else -1
+    last_op, last_start = "", 0  # the compute queue's last instruction and its start
     ufree = [0] * len(Unit)
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
@@ -57,8 +58,8 @@ def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         for q in range(3):
             if head[q] == len(queues[q]):
                 continue
-            s = queues[q][head[q]]
-            t = mm_start if (s.is_weight_load and mm_start >= 0) else qfree[q]
+            s = steps[queues[q][head[q]]]
+            t = last_start if (q == _COMPUTE and last_op in s.may_follow) else qfree[q]
             ready = True
             for c in s.waits:
                 if not chans[c]:
@@ -73,45 +74,47 @@ def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
             if best_q < 0 or t < best_t:
                 best_t, best_q = t, q
         if best_q < 0:
-            raise SimulationError(_deadlock(queues, head, chans))
-        s = queues[best_q][head[best_q]]
+            raise SimulationError(_deadlock(steps, queues, head, chans))
+        index = queues[best_q][head[best_q]]
+        s = steps[index]
         head[best_q] += 1
         remaining -= 1
         for c in s.waits:
             chans[c].popleft()
         if state is not None:
-            _execute(s, state)
+            _execute(index, s, state)
         start = best_t
         issue_end = start + s.busy
         end = issue_end + s.latency
         ufree[s.unit] = issue_end
         if best_q == _COMPUTE:
             qfree[best_q] = max(qfree[best_q], end)
-            mm_start = start if s.is_ws_matmul else -1
+            last_op, last_start = s.instr.op, start
         else:
             qfree[best_q] = issue_end
         for c in s.signals:
             chans[c].append(end)
-        starts[s.index] = start
-        ends[s.index] = end
+        starts[index] = start
+        ends[index] = end
     return Schedule(starts, ends, tuple(len(c) for c in chans))
 
 
-def _execute(s: Step, state: MachineState) -> None:
+def _execute(index: int, s: Step, state: MachineState) -> None:
     try:
         s.defn.execute(state, s.instr.args, s.regions)
     except SimulationError as e:
-        raise SimulationError(f"{describe(s.index, s.instr)}: {e}") from None
+        raise SimulationError(f"{describe(index, s.instr)}: {e}") from None
 
 
-def _deadlock(queues: list[list[Step]], head: list[int], chans: list[deque[int]]) -> str:
+def _deadlock(steps: Sequence[Step], queues: list[list[int]], head: list[int], chans: list[deque[int]]) -> str:
     lines = ["deadlock: no queue can proceed"]
     for q, lst in enumerate(queues):
         if head[q] == len(lst):
             continue
-        s = lst[head[q]]
+        index = lst[head[q]]
+        s = steps[index]
         lines.append(
-            f"  the {Queue(q).name} queue stalls at {describe(s.index, s.instr)}: it waits for a "
+            f"  the {Queue(q).name} queue stalls at {describe(index, s.instr)}: it waits for a "
             f"token on {' and '.join(CHANNELS[c] for c in s.waits if not chans[c])}, which never arrives"
         )
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from npuc.errors import SimulationError
 from npuc.isa.actions import Actions
-from npuc.isa.enums import Mem, Queue, Unit
+from npuc.isa.enums import Mem, Queue
 from npuc.isa.instr import Deps, Instr, InstrDef, program_problem
 from npuc.isa.region import Region
 from npuc.targets import Target
@@ -35,9 +35,11 @@ _SIGNAL = {  # queue -> (channel of signal_prev, channel of signal_next)
 
 @dataclass(frozen=True)
 class Step:
-    """One instruction prepared for a target: everything the simulator needs to run it."""
+    """One instruction prepared for a target: everything the simulator needs to run it.
 
-    index: int
+    Identical instructions of a program (a loop body, unrolled) share one Step.
+    """
+
     instr: Instr
     defn: InstrDef
     regions: tuple[Region, ...]
@@ -48,8 +50,7 @@ class Step:
     waits: tuple[int, ...]
     signals: tuple[int, ...]
     actions: tuple[int, ...]
-    is_ws_matmul: bool
-    is_weight_load: bool
+    may_follow: tuple[str, ...]
 
 
 def describe(index: int, ins: Instr) -> str:
@@ -64,23 +65,23 @@ def _channels(deps: Deps, q: Queue, table) -> tuple[int, ...]:
 
 
 def prepare(instrs: Sequence[Instr], target: Target, dram_size: int) -> list[Step]:
-    """Check ``instrs`` against ``target`` and a DRAM of ``dram_size`` bytes; SimulationError
-    names the first bad instruction."""
+    """The Step of every instruction, in program order, after checking ``instrs`` against
+    ``target`` and a DRAM of ``dram_size`` bytes; SimulationError names the first bad one."""
     reason = program_problem(list(instrs))
     if reason:
         raise SimulationError(f"not a complete program: {reason}")
     sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
-    cache: dict[Instr, tuple] = {}
+    cache: dict[Instr, Step] = {}
     steps = []
     for index, ins in enumerate(instrs):
-        facts = cache.get(ins)
-        if facts is None:
-            facts = cache[ins] = _facts(index, ins, target, sizes)
-        steps.append(Step(index, ins, *facts))
+        step = cache.get(ins)
+        if step is None:
+            step = cache[ins] = _step(index, ins, target, sizes)
+        steps.append(step)
     return steps
 
 
-def _facts(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> tuple:
+def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step:
     d = ins.defn
     a = ins.args
     reason = d.check(a, target)
@@ -91,7 +92,8 @@ def _facts(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> tup
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
     act: Actions = d.actions(a, target, regions)
-    return (
+    return Step(
+        ins,
         d,
         regions,
         int(d.queue),
@@ -101,8 +103,7 @@ def _facts(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> tup
         _channels(ins.deps, d.queue, _WAIT),
         _channels(ins.deps, d.queue, _SIGNAL),
         tuple(vars(act).values()),
-        d.name == "MATMUL",
-        d.unit is Unit.wload,
+        d.may_follow,
     )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from npuc.isa.actions import Actions
+from npuc.isa.enums import Queue, Unit
 
 
 class TraceEvent(NamedTuple):
@@ -39,11 +41,20 @@ class SimResult:
     actions: Actions
     energy_breakdown_pj: dict[str, float]
     peak_macs_per_cycle: int
-    trace_events: tuple[TraceEvent, ...]
+    schedule: tuple  # (ops, queues, units, starts, ends), per instruction in program order
     leftover_tokens: dict[str, int]
     dram: bytes | None = None
     spad: bytes | None = None
     acc: bytes | None = None
+
+    @functools.cached_property
+    def trace_events(self) -> tuple[TraceEvent, ...]:
+        """When each instruction ran, in program order."""
+        ops, queues, units, starts, ends = self.schedule
+        qn, un = [q.name for q in Queue], [u.name for u in Unit]
+        return tuple(
+            TraceEvent(i, op, qn[q], un[u], s, e) for i, (op, q, u, s, e) in enumerate(zip(ops, queues, units, starts, ends))
+        )
 
     @property
     def energy_pj(self) -> float:

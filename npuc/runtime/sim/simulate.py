@@ -13,7 +13,7 @@ from npuc.isa.instr import Instr, Program
 from npuc.isa.state import MachineState
 from npuc.runtime.sim.engine import run
 from npuc.runtime.sim.prepare import CHANNELS, dram_extent, prepare
-from npuc.runtime.sim.result import SimResult, TraceEvent
+from npuc.runtime.sim.result import SimResult
 from npuc.targets import Target
 
 DramInit = bytes | bytearray | memoryview | np.ndarray
@@ -59,8 +59,8 @@ def _queue_busy(steps, sched) -> list[int]:
     """Per queue, the cycles during which at least one of its instructions was in flight."""
     busy = [0, 0, 0]
     reach = [0, 0, 0]  # end of the union of intervals seen so far (starts are in order per queue)
-    for s in steps:
-        start, end = sched.starts[s.index], sched.ends[s.index]
+    for i, s in enumerate(steps):
+        start, end = sched.starts[i], sched.ends[i]
         q = s.queue
         busy[q] += max(0, end - max(start, reach[q]))
         reach[q] = max(reach[q], end)
@@ -77,10 +77,6 @@ def _result(steps, sched, target: Target, state: MachineState | None) -> SimResu
     total = max(sched.ends, default=0)
     breakdown = energy_breakdown(actions, target.energy)
     breakdown["static"] = target.static_energy_pj(total)
-    events = tuple(
-        TraceEvent(s.index, s.instr.op, Queue(s.queue).name, Unit(s.unit).name, sched.starts[s.index], sched.ends[s.index])
-        for s in steps
-    )
     return SimResult(
         target=target.name,
         total_cycles=total,
@@ -91,7 +87,7 @@ def _result(steps, sched, target: Target, state: MachineState | None) -> SimResu
         actions=actions,
         energy_breakdown_pj=breakdown,
         peak_macs_per_cycle=target.peak_macs_per_cycle,
-        trace_events=events,
+        schedule=(tuple(s.instr.op for s in steps), tuple(s.queue for s in steps), tuple(s.unit for s in steps), sched.starts, sched.ends),
         leftover_tokens={name: n for name, n in zip(CHANNELS, sched.leftover_tokens)},
         dram=None if state is None else state.dram.tobytes(),
         spad=None if state is None else state.spad.tobytes(),
