@@ -8,15 +8,17 @@ The checked document is turned into the frozen :class:`npuc.targets.target.Targe
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
 
-PosInt = Annotated[int, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-PosFloat = Annotated[float, Field(gt=0)]
+
+
+def key(unit: str, meaning: str, **constraints):
+    """A required key of a target file, with its unit and meaning (docs/targets.md prints them)."""
+    return Field(..., description=meaning, json_schema_extra={"unit": unit}, **constraints)
 
 Dataflow = Literal["weight_stationary", "output_stationary"]
 ArrayDType = Literal["int8", "fp16"]
@@ -35,10 +37,10 @@ class _Strict(BaseModel):
 class ArraySchema(_Strict):
     """``[array]``: the systolic compute array."""
 
-    rows: Annotated[int, Field(gt=0, le=256)]
-    cols: Annotated[int, Field(gt=0, le=256)]
-    dataflows: list[Dataflow]
-    dtypes: list[ArrayDType]
+    rows: int = key("PEs", "processing-element rows: the K (weight-stationary) or M (output-stationary) extent of a tile", gt=0, le=256)
+    cols: int = key("PEs", "processing-element columns: the N extent of a tile", gt=0, le=256)
+    dataflows: list[Dataflow] = key("list", "dataflows the array supports: weight_stationary, output_stationary")
+    dtypes: list[ArrayDType] = key("list", "MAC types: int8 (int8 x int8 -> int32, required), fp16 (fp16 x fp16 -> fp32; also enables floating-point vector work)")
 
     @field_validator("dataflows", "dtypes")
     @classmethod
@@ -60,9 +62,9 @@ class ArraySchema(_Strict):
 class ScratchpadSchema(_Strict):
     """``[scratchpad]``: the banked SRAM holding inputs, weights and vector operands."""
 
-    size_bytes: Annotated[int, Field(gt=0, le=1 << LOCAL_ADDR_BITS)]
-    banks: PosInt
-    bank_width_bytes: PosInt
+    size_bytes: int = key("bytes", "scratchpad capacity (inputs, weights, vector operands)", gt=0, le=1 << LOCAL_ADDR_BITS)
+    banks: int = key("count", "banks, a power of two; the scratchpad serves one word per bank per cycle", gt=0)
+    bank_width_bytes: int = key("bytes", "width of a bank word, a power of two", gt=0)
 
     @field_validator("banks", "bank_width_bytes")
     @classmethod
@@ -82,7 +84,7 @@ class ScratchpadSchema(_Strict):
 class AccumulatorSchema(_Strict):
     """``[accumulator]``: the SRAM of 32-bit words beside the array."""
 
-    size_bytes: Annotated[int, Field(gt=0, le=1 << LOCAL_ADDR_BITS)]
+    size_bytes: int = key("bytes", "accumulator capacity, a multiple of 4 (int32/fp32 words)", gt=0, le=1 << LOCAL_ADDR_BITS)
 
     @field_validator("size_bytes")
     @classmethod
@@ -95,7 +97,7 @@ class AccumulatorSchema(_Strict):
 class VectorSchema(_Strict):
     """``[vector]``: the SIMD unit for elementwise work, requantization, reductions, pooling."""
 
-    lanes: PosInt
+    lanes: int = key("lanes", "vector lanes, a power of two: lane-operations per cycle", gt=0)
 
     @field_validator("lanes")
     @classmethod
@@ -106,9 +108,9 @@ class VectorSchema(_Strict):
 class DmaSchema(_Strict):
     """``[dma]``: the engine between DRAM and the on-chip memories."""
 
-    bytes_per_cycle: PosInt
-    latency_cycles: Annotated[int, Field(ge=0)]
-    burst_bytes: PosInt
+    bytes_per_cycle: int = key("B/cycle", "DRAM bandwidth of the DMA port, shared by loads and stores", gt=0)
+    latency_cycles: int = key("cycles", "latency of one transfer, from issue to data complete (overlaps other transfers)", ge=0)
+    burst_bytes: int = key("bytes", "DRAM burst, a power of two: every contiguous run moves whole bursts", gt=0)
 
     @field_validator("burst_bytes")
     @classmethod
@@ -119,35 +121,35 @@ class DmaSchema(_Strict):
 class DramSchema(_Strict):
     """``[dram]``: the off-chip memory."""
 
-    size_bytes: Annotated[int, Field(gt=0, le=1 << DRAM_ADDR_BITS)]
+    size_bytes: int = key("bytes", "DRAM capacity (at most 4 GiB: 32-bit addresses)", gt=0, le=1 << DRAM_ADDR_BITS)
 
 
 class ClockSchema(_Strict):
     """``[clock]``: the NPU clock."""
 
-    mhz: PosFloat
+    mhz: float = key("MHz", "clock frequency", gt=0)
 
 
 class EnergySchema(_Strict):
     """``[energy]``: energy per action in picojoules, and static power."""
 
-    mac_int8_pj: NonNegFloat
-    mac_fp16_pj: NonNegFloat
-    spad_read_pj_per_byte: NonNegFloat
-    spad_write_pj_per_byte: NonNegFloat
-    acc_read_pj_per_byte: NonNegFloat
-    acc_write_pj_per_byte: NonNegFloat
-    dram_pj_per_byte: NonNegFloat
-    vector_lane_op_pj: NonNegFloat
-    instruction_pj: NonNegFloat
-    static_power_mw: NonNegFloat
+    mac_int8_pj: float = key("pJ", "one int8 x int8 multiply with int32 accumulate", ge=0)
+    mac_fp16_pj: float = key("pJ", "one fp16 x fp16 multiply with fp32 accumulate", ge=0)
+    spad_read_pj_per_byte: float = key("pJ/B", "scratchpad read, per byte", ge=0)
+    spad_write_pj_per_byte: float = key("pJ/B", "scratchpad write, per byte", ge=0)
+    acc_read_pj_per_byte: float = key("pJ/B", "accumulator read, per byte", ge=0)
+    acc_write_pj_per_byte: float = key("pJ/B", "accumulator write, per byte", ge=0)
+    dram_pj_per_byte: float = key("pJ/B", "DRAM access (read or write), per byte of whole bursts", ge=0)
+    vector_lane_op_pj: float = key("pJ", "one vector lane-operation", ge=0)
+    instruction_pj: float = key("pJ", "fetch and issue of one instruction", ge=0)
+    static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0)
 
 
 class TargetSchema(_Strict):
     """A whole target file."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
-    description: str
+    name: str = key("text", "the target's name (letters, digits, '.', '_', '-'); not part of the fingerprint", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = key("text", "one line for people; not part of the fingerprint")
     array: ArraySchema
     scratchpad: ScratchpadSchema
     accumulator: AccumulatorSchema

@@ -1,0 +1,109 @@
+"""The target-file reference (docs/targets.md), generated from the schema and the presets.
+
+``targets_markdown()`` lists every key with its unit and meaning, the presets' values side by
+side, their derived figures, and where the energy figures come from.  A test keeps
+docs/targets.md equal to its output: regenerate with ``python -m npuc.targets.doc > docs/targets.md``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from npuc.targets.loader import DEFAULT_TARGET, list_presets, load_target
+from npuc.targets.schema import TargetSchema
+
+_INTRO = f"""\
+# Target files
+
+*Generated from `npuc/targets/schema.py` and the presets in `npuc/targets/presets/` by
+`npuc.targets.doc.targets_markdown()`; do not edit by hand (`python -m npuc.targets.doc > docs/targets.md`).*
+
+A target is a TOML file describing one NPU of the family in DESIGN.md: the systolic array, the
+scratchpad and accumulator SRAMs, the vector unit, the DMA engine and DRAM, the clock and the
+energy table. `npuc.load_target(name_or_path)` takes a preset name or a path, validates the file
+strictly and returns a frozen, hashable `Target`; a new NPU variant is a new file. The default
+target is `{DEFAULT_TARGET}`.
+
+Validation refuses, naming the file, the dotted key and the reason: a missing key, an unknown
+key, a wrong type (integers must be TOML integers; floats accept integers), a zero or negative
+size, a power-of-two rule broken (`scratchpad.banks`, `scratchpad.bank_width_bytes`,
+`vector.lanes`, `dma.burst_bytes`), a scratchpad that is not a whole number of bank rows, an
+accumulator that is not a whole number of 32-bit words, memories larger than the instruction set
+can address (DRAM 4 GiB, scratchpad and accumulator 16 MiB), an array without int8.
+
+`Target.fingerprint()` is the SHA-256 of the canonical JSON of every parameter except `name` and
+`description`: two files describing the same hardware share it, and a `.npub` binary records it.
+"""
+
+_ENERGY = """\
+## Where the energy figures come from
+
+Base figures at 45 nm (M. Horowitz, "Computing's energy problem (and what we can do about it)",
+ISSCC 2014): 8-bit integer add 0.03 pJ, 32-bit integer add 0.1 pJ, 8-bit integer multiply
+0.2 pJ, 16-bit float add 0.4 pJ, 16-bit float multiply 1.1 pJ, 32-bit float add 0.9 pJ, 32-bit
+float multiply 3.7 pJ; a 64-bit read from an 8 KB SRAM 10 pJ (32 KB: 20 pJ, 1 MB: 100 pJ); a
+64-bit DRAM access 1.3-2.6 nJ.
+
+| action | at 45 nm | how |
+|---|---|---|
+| int8 MAC | 0.3 pJ | int8 multiply 0.2 + int32 add 0.1 |
+| fp16 MAC | 2.0 pJ | fp16 multiply 1.1 + fp32 add 0.9 |
+| SRAM byte | 1.25-4 pJ | 64-bit read / 8, interpolated on the bank size (8 KB 1.25, 32 KB 2.5); writes taken equal to reads |
+| DRAM byte | 250 pJ | 2.0 nJ per 64-bit access / 8 |
+| vector lane-op | ~1.0 pJ | a mix of int32 and fp32 adds and multiplies |
+| instruction | ~50 pJ | a 32-byte fetch from an 8 KB buffer and decode |
+
+The presets scale every figure by **0.15 for 45 nm -> 7 nm**: an assumption, a round factor
+within the range published node-scaling studies give for dynamic energy between these nodes
+(e.g. Stillmaker & Baas, Integration 2017). For DRAM this gives 37.5 pJ/B (4.7 pJ/bit), the order
+of an LPDDR4X-class mobile interface. Static power is an estimate of leakage for the SRAM and
+array sizes, not from Horowitz. Each preset file repeats these sources in its comments.
+"""
+
+
+def _value(target, section: str, key: str) -> str:
+    v = getattr(getattr(target, section), key) if section else getattr(target, key)
+    if isinstance(v, tuple):
+        return ", ".join(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _section(section: str, model: type[BaseModel], targets) -> str:
+    head = "| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |"
+    rows = [head, "|---|---|---|" + "---|" * len(targets)]
+    for key, info in model.model_fields.items():
+        unit = (info.json_schema_extra or {}).get("unit", "")
+        dotted = f"{section}.{key}"
+        vals = " | ".join(_value(t, section, key) for t in targets)
+        rows.append(f"| `{dotted}` | {unit} | {info.description} | {vals} |")
+    doc = (model.__doc__ or "").strip().removeprefix(f"``[{section}]``: ")
+    return f"## `[{section}]`\n\n{doc[:1].upper() + doc[1:]}\n\n" + "\n".join(rows) + "\n"
+
+
+def targets_markdown() -> str:
+    """The full target-file reference as Markdown."""
+    targets = sorted((load_target(n) for n in list_presets()), key=lambda t: t.peak_macs_per_cycle)
+    parts = [_INTRO]
+    top = {k: f for k, f in TargetSchema.model_fields.items() if not isinstance(f.annotation, type) or not issubclass(f.annotation, BaseModel)}
+    rows = ["| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|---|---|" + "---|" * len(targets)]
+    for key, info in top.items():
+        unit = (info.json_schema_extra or {}).get("unit", "")
+        rows.append(f"| `{key}` | {unit} | {info.description} | " + " | ".join(_value(t, "", key) for t in targets) + " |")
+    parts.append("## Top level\n\n" + "\n".join(rows) + "\n")
+    for key, info in TargetSchema.model_fields.items():
+        if key not in top:
+            parts.append(_section(key, info.annotation, targets))
+    derived = ["| figure | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|" + "---|" * len(targets)]
+    labels = [label for label, _ in targets[0].summary_rows()]
+    table = [dict(t.summary_rows()) for t in targets]
+    for label in labels:
+        derived.append(f"| {label} | " + " | ".join(row[label] for row in table) + " |")
+    parts.append("## Derived figures\n\nPeak TOPS counts a MAC as two operations.\n\n" + "\n".join(derived) + "\n")
+    parts.append(_ENERGY)
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(targets_markdown(), end="")
