@@ -86,6 +86,10 @@ load queue sent; `signal=store` sends one to the store queue.
   compute instruction (`NOP` if nothing else) waits and signals the load queue.
 * Waiting on a token that never comes is a deadlock; the simulator detects it and names each
   stalled instruction. Tokens left over at the end are reported, not an error.
+* Two instructions in flight at the same time that touch the same bytes, one of them writing,
+  race: hardware gives no defined result. The simulator reports the first race (both
+  instructions and the bytes) unless asked not to. Transfers of one DMA queue complete in order
+  and never race each other.
 
 ## Timing model
 

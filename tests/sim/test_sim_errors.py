@@ -81,3 +81,38 @@ def test_incomplete_program():
     with pytest.raises(SimulationError, match="does not end with END"):
         simulate([nop], MID)
     assert isinstance(nop, Instr)
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        (
+            "DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024\nVUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0\nEND",
+            r"race on SPAD bytes 0x0..0x3ff: instruction 1 `VUN .*` \(compute queue\) reads them while instruction 0 `DMA_LOAD .*` \(load queue\) writes them",
+        ),
+        (
+            "VFILL dtype=int8 n0=512 dst=0 value=1 signal=store\nDMA_STORE esize=1 dram_addr=0 local_addr=0 n0=512 wait=compute\n"
+            "VFILL dtype=int8 n0=16 dst=0x100 value=2\nEND",
+            r"race on SPAD bytes 0x100..0x10f: instruction 2 `VFILL .*` \(compute queue\) writes them while instruction 1 `DMA_STORE",
+        ),
+        (
+            "MATMUL_OS m=16 k=8 n=16 in_addr=0 w_addr=0x100 out_addr=0\nMATMUL_OS acc=1 m=16 k=8 n=16 in_addr=0 w_addr=0x100 out_addr=0\nEND",
+            r"race on ACC .*instruction 1 `MATMUL_OS .*` \(compute queue\) reads and writes them while instruction 0 `MATMUL_OS",
+        ),
+    ],
+)
+def test_races_are_reported(text, match):
+    with pytest.raises(SimulationError, match=match):
+        simulate(assemble(text), MID, dram_size=1024)
+    simulate(assemble(text), MID, dram_size=1024, check_races=False)  # runs when asked not to check
+
+
+def test_disjoint_overlap_is_not_a_race():
+    text = (
+        "MATMUL_OS m=16 k=8 n=16 in_addr=0 w_addr=0x100 out_addr=0\n"
+        "MATMUL_OS m=16 k=8 n=16 in_addr=0 w_addr=0x100 out_addr=0x400\n"
+        "DMA_LOAD esize=1 dram_addr=0 local_addr=0x800 n0=256 n1=2 local_s1=512\n"  # interleaved with...
+        "VFILL dtype=int8 n0=256 n1=2 dst=0x900 dst_s1=512 value=3\nEND"  # ...these rows: no shared byte
+    )
+    r = simulate(assemble(text), MID, dram_size=1024)
+    assert r.total_cycles > 0

@@ -78,7 +78,7 @@ def test_vector_timing():
 def test_tokens_order_queues():
     free = "DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024\nVUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0\nEND"
     tied = "DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=compute\nVUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0 wait=load\nEND"
-    assert cycles(free) == 64 + 80  # the relu runs beside the load (racing it)
+    assert cycles(free, check_races=False) == 64 + 80  # the relu runs beside the load (racing it)
     assert cycles(tied) == 64 + 80 + 64 + 4
 
 

@@ -13,6 +13,7 @@ from npuc.isa.instr import Instr, Program
 from npuc.isa.state import MachineState
 from npuc.runtime.sim.engine import run
 from npuc.runtime.sim.prepare import CHANNELS, dram_extent, prepare
+from npuc.runtime.sim.races import find_race
 from npuc.runtime.sim.result import SimResult
 from npuc.targets import Target
 
@@ -26,13 +27,16 @@ def simulate(
     *,
     functional: bool = True,
     dram_size: int | None = None,
+    check_races: bool = True,
 ) -> SimResult:
     """Simulate ``program`` on ``target``.
 
     ``dram`` is the initial DRAM image (its length is the DRAM size); without it the DRAM is
     ``dram_size`` zero bytes, or just large enough for every DMA of the program.  With
     ``functional=False`` only timing and energy are computed (no data is touched), which is much
-    faster.  Raises :class:`SimulationError` for an illegal program (naming the instruction).
+    faster.  Raises :class:`SimulationError` for an illegal program (naming the instruction):
+    bad address, misaligned access, deadlock, and (unless ``check_races`` is False) two
+    instructions in flight together touching the same bytes without a token ordering them.
     """
     instrs = tuple(program)
     if dram is not None:
@@ -52,6 +56,10 @@ def simulate(
         spad = np.zeros(target.scratchpad.size_bytes, np.uint8)
         state = MachineState(image, spad, np.zeros(target.accumulator.size_bytes, np.uint8))
     sched = run(steps, state)
+    if check_races:
+        race = find_race(steps, sched.starts, sched.ends)
+        if race:
+            raise SimulationError(race)
     return _result(steps, sched, target, state)
 
 
