@@ -83,6 +83,7 @@ class BinOp(enum.IntEnum):
     mul = 2
     max = 3
     min = 4
+    mac = 5  # dst += a * b, dst widened (int32 or fp32)
 
 
 class UnOp(enum.IntEnum):

@@ -248,3 +248,29 @@ def test_timing_only_matches_functional_timing():
     a, b = simulate(p, MID, image), simulate(p, MID, image, functional=False)
     assert a.total_cycles == b.total_cycles and a.trace_events == b.trace_events
     assert a.energy_pj == b.energy_pj and b.dram is None
+
+
+def test_depthwise_conv_by_vector_mac():
+    """3x3 depthwise conv, int8 NHWC, one VBIN mac per output row and tap into int32."""
+    rng = np.random.default_rng(9)
+    h, w, c, k = 6, 7, 16, 3
+    oh, ow = h - k + 1, w - k + 1
+    x, wt = rand_i8(rng, (h, w, c)), rand_i8(rng, (k, k, c))
+    image = np.zeros(2048, np.uint8)
+    put(image, 0, x)
+    put(image, 1024, wt)
+    acc = 0x1000
+    lines = [f"DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0={h * w * c}", f"DMA_LOAD esize=1 dram_addr=1024 local_addr=0x800 n0={k * k * c} signal=compute"]
+    lines.append(f"VFILL dtype=int32 n0={c} n1={oh * ow} dst={acc} value=0 wait=load")
+    for oy in range(oh):
+        for dy in range(k):
+            for dx in range(k):
+                a = ((oy + dy) * w + dx) * c
+                lines.append(
+                    f"VBIN op=mac dtype=int8 n0={c} n1={ow} dst={acc + oy * ow * c * 4} a={a} a_s1={c} b={0x800 + (dy * k + dx) * c} b_s1=0"
+                )
+    lines[-1] += " signal=store"
+    lines += [f"DMA_STORE esize=4 dram_addr=0 local_addr={acc} n0={oh * ow * c} wait=compute", "END"]
+    r = simulate(assemble("\n".join(lines)), MID, image)
+    want = sum(x[dy : dy + oh, dx : dx + ow].astype(np.int64) * wt[dy, dx] for dy in range(k) for dx in range(k))
+    np.testing.assert_array_equal(get(r.dram, 0, np.int32, (oh, ow, c)), want)

@@ -71,33 +71,52 @@ _BIN = {
 }
 
 
+def _vbin_dst_dtype(a) -> DType:
+    """``mac`` accumulates into a wide destination: int32 for integers, fp32 for floats."""
+    if a.op is not BinOp.mac:
+        return a.dtype
+    return DType.fp32 if a.dtype.is_float else DType.int32
+
+
+def _vbin_regions(a):
+    dst = region2d(a, "dst", _vbin_dst_dtype(a), "rw" if a.op is BinOp.mac else "w")
+    return region2d(a, "a", a.dtype, "r"), region2d(a, "b", a.dtype, "r"), dst
+
+
 def _vbin_exec(st, a, regions) -> None:
     x, y, dst = regions
+    if a.op is BinOp.mac:
+        acc = widen(st.read(dst))
+        st.write(dst, to_dtype(acc + widen(st.read(x)) * widen(st.read(y)), _vbin_dst_dtype(a)))
+        return
     st.write(dst, to_dtype(_BIN[a.op](widen(st.read(x)), widen(st.read(y))), a.dtype))
 
 
 _vector(
     "VBIN",
     0x30,
-    "Elementwise binary op (add, sub, mul, max, min) with broadcasting by zero strides.",
+    "Elementwise binary op (add, sub, mul, max, min, widening multiply-accumulate) with broadcasting by zero strides.",
     [
         choice("op", 3, BinOp, "the operation"),
-        _dtype(),
+        _dtype("dtype", "element type of a and b (and of dst, except for mac)"),
         *_counts(),
-        *operand("dst", "the result", _es("dtype")),
+        *operand("dst", "the result", Derived("4 if op.name == 'mac' else dtype.size")),
         *operand("a", "the first operand", _es("dtype")),
         *operand("b", "the second operand", _es("dtype")),
     ],
-    lambda a: (region2d(a, "a", a.dtype, "r"), region2d(a, "b", a.dtype, "r"), region2d(a, "dst", a.dtype, "w")),
+    _vbin_regions,
     _vbin_exec,
     lambda a: a.n0 * a.n1,
     "dst[i1][i0] = a[i1][i0] op b[i1][i0] for i1 < n1, i0 < n0, element (i1, i0) of an operand "
     "at `addr + i1*s1 + i0*s0`. Integers: exact, then saturated to `dtype` (int32 included). "
     "Floats: computed in fp32, rounded to nearest even. A per-channel vector is broadcast with "
-    "b_s1 = 0; a per-row scalar (a row max, a row sum) with b_s0 = 0.",
-    f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    "b_s1 = 0; a per-row scalar (a row max, a row sum) with b_s0 = 0. `mac` widens: dst (int32 "
+    "for integer dtypes, fp32 for float ones) += a * b, exact for integers then saturated, fp32 "
+    "for floats; with a window of the input as a and per-channel weights as b it computes a "
+    "depthwise convolution one tap at a time.",
+    f"Lane-ops: n0 x n1. {_RW_DOC} (dst also read for mac).",
     check=lambda a, t: float_problem(t, a.dtype),
-    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype, "a": a.dtype, "b": a.dtype}),
+    validate=lambda a: acc_operand_problem(a, {"dst": _vbin_dst_dtype(a), "a": a.dtype, "b": a.dtype}),
 )
 
 
