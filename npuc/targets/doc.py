@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from npuc.targets.loader import DEFAULT_TARGET, list_presets, load_target
+from npuc.targets.loader import DEFAULT_TARGET, list_presets, load_target, targets_table
 from npuc.targets.schema import TargetSchema
 
 _INTRO = f"""\
@@ -95,11 +95,9 @@ def targets_markdown() -> str:
     for key, info in TargetSchema.model_fields.items():
         if key not in top:
             parts.append(_section(key, info.annotation, targets))
-    derived = ["| figure | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|" + "---|" * len(targets)]
-    labels = [label for label, _ in targets[0].summary_rows()]
-    table = [dict(t.summary_rows()) for t in targets]
-    for label in labels:
-        derived.append(f"| {label} | " + " | ".join(row[label] for row in table) + " |")
+    names, rows = targets_table([t.name for t in targets])
+    derived = ["| figure | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    derived += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows]
     parts.append("## Derived figures\n\nPeak TOPS counts a MAC as two operations.\n\n" + "\n".join(derived) + "\n")
     parts.append(_ENERGY)
     return "\n".join(parts)

@@ -98,3 +98,16 @@ def _describe(e: ValidationError, source: str) -> str:
         lines.append(f"{source}: key '{key}': {reason}")
     head = f"invalid target file {source}" if len(lines) > 1 else ""
     return "\n".join([head, *lines]) if head else lines[0]
+
+
+def targets_table(names: list[str] | None = None) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Targets side by side for ``npuc targets``: (target names, [(figure, value per target)]).
+
+    ``names`` are preset names or paths (default: every preset, smallest array first).
+    """
+    targets = [load_target(n) for n in names] if names else sorted(
+        (load_target(n) for n in list_presets()), key=lambda t: t.peak_macs_per_cycle
+    )
+    per_target = [dict(t.summary_rows()) for t in targets]
+    labels = [label for label, _ in targets[0].summary_rows()]
+    return [t.name for t in targets], [(label, [row[label] for row in per_target]) for label in labels]

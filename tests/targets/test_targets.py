@@ -10,6 +10,7 @@ from importlib import resources
 import pytest
 
 import npuc
+import npuc.targets
 from npuc.errors import TargetError
 from npuc.targets import DEFAULT_TARGET, Target, list_presets, load_target, target_from_dict
 
@@ -108,6 +109,14 @@ def test_summary_rows():
     assert rows["peak MAC/cycle"] == "256"
     assert "int8" in rows["peak TOPS"] and "fp16" in rows["peak TOPS"]
     assert "GB/s" in rows["DRAM bandwidth"]
+
+
+def test_targets_table():
+    names, rows = npuc.targets.targets_table()
+    assert names == ["npu-small", "npu-mid", "npu-large"]
+    table = dict(rows)
+    assert table["peak MAC/cycle"] == ["64", "256", "1024"]
+    assert all(len(v) == 3 for v in table.values())
 
 
 def test_load_from_path(tmp_path):

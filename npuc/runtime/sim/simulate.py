@@ -40,7 +40,7 @@ def simulate(
     """
     instrs = tuple(program)
     if dram is not None:
-        size = len(dram)
+        size = memoryview(dram).nbytes
     elif dram_size is not None:
         size = dram_size
     else:
