@@ -57,7 +57,7 @@ Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit 
 | {HEADER_BITS}-255 | the fields, in the order listed for the instruction, each in its width ({FIELD_BITS} bits available); unused bits zero |
 
 Integers are unsigned unless the type says `int` (two's complement); enums are stored by value;
-`1|2|4 (as log2)` stores the base-2 logarithm; `fp32` is an IEEE-754 binary32 (NaN refused).
+`1, 2 or 4` is stored as its base-2 logarithm; `fp32` is an IEEE-754 binary32 (NaN refused).
 The decoder (`decode_program`) accepts only what the encoder produces: a known opcode, flags
 legal for the queue, field values in range, reserved bits zero, exactly one `END`, last.
 

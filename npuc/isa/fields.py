@@ -148,9 +148,9 @@ class Field:
     def type_text(self) -> str:
         """The kind as the ISA reference writes it."""
         if self.kind == "enum":
-            return "enum " + "|".join(m.name for m in self.enum)
+            return "enum: " + ", ".join(m.name for m in self.enum)
         if self.kind == "log2":
-            return "1|2|4 (as log2)"
+            return "1, 2 or 4 (stored as log2)"
         return {"uint": "uint", "sint": "int", "bool": "bool", "f32": "fp32"}[self.kind]
 
 
