@@ -23,6 +23,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from npuc.errors import SimulationError
 from npuc.isa.enums import Queue, Unit
 from npuc.isa.state import MachineState
@@ -41,7 +43,16 @@ class Schedule:
 
 
 def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
-    """Schedule ``steps`` (and execute them on ``state`` unless it is None)."""
+    """Schedule ``steps`` (and execute them on ``state`` unless it is None).
+
+    Floating-point overflow, division by zero and invalid operations follow IEEE-754 (inf, nan)
+    as on the hardware, so numpy's warnings about them are silenced during the run.
+    """
+    with np.errstate(all="ignore"):
+        return _run(steps, state)
+
+
+def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
     queues: list[list[int]] = [[], [], []]  # program indices per queue
     for i, s in enumerate(steps):
         queues[s.queue].append(i)
