@@ -60,6 +60,32 @@ class _Failed:
 
 
 @dataclass(frozen=True)
+class _Subgraph:
+    """A subgraph attribute (the branches of torch.cond, the body of a loop)."""
+
+    name: str
+
+
+# Shape assertions only emitted around symbolic sizes: they check nothing in a static graph.
+SILENT_PREFIXES = ("aten._assert_scalar", "aten._assert_async", "aten.sym_constrain_range")
+
+
+def _callable_name(target: Any) -> str:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"torch.{target.name()}"
+    return getattr(target, "__name__", str(target))
+
+
+def _not_aten_reason(target: Any) -> str:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return (
+            "control flow (a higher-order op) has no form in npuc's straight-line graphs: compute both "
+            "branches and select with torch.where, or make the condition a Python constant"
+        )
+    return "only ATen operators can be imported; this is a Python-level operation on sizes or values"
+
+
+@dataclass(frozen=True)
 class Problem:
     """One unsupported use of an ATen op, with where it came from in the model."""
 
@@ -112,8 +138,10 @@ class _Importer:
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            elif node.op == "get_attr":  # a subgraph of a control-flow op; the op itself is reported
+                self.env[node] = _Subgraph(str(node.target))
             else:
-                self._problem(node, str(node.target), f"FX '{node.op}' nodes (control flow, submodules) have no graph form")
+                self._problem(node, str(node.target), f"FX '{node.op}' nodes have no graph form")
                 self.env[node] = _Failed()
         values = [self._output(i, o) for i, o in enumerate(outputs)]
         if self.problems:
@@ -173,24 +201,26 @@ class _Importer:
         if target is operator.getitem:
             src = self.ctx.resolve(node.args[0])
             return src if isinstance(src, _Failed) else src[node.args[1]]
+        operands = _tensor_operands(self.ctx.resolve(list(node.args) + list(node.kwargs.values())))
+        failed = any(isinstance(o, _Failed) for o in operands)
         if not isinstance(target, torch._ops.OpOverload):
-            name = getattr(target, "__name__", str(target))
-            self._problem(node, name, "only ATen operators can be imported (this is a Python function or a higher-order op)")
+            if not failed:  # users of a failed node are not reported again
+                self._problem(node, _callable_name(target), _not_aten_reason(target))
             return _Failed()
         aten = str(target)
+        if aten.startswith(SILENT_PREFIXES):
+            return None
         rule = ATEN_TABLE.get(aten)
-        operands = _tensor_operands(self.ctx.resolve(list(node.args) + list(node.kwargs.values())))
-        if any(isinstance(o, _Failed) for o in operands) and (rule is not None or _all_known(operands)):
+        if failed:
+            if rule is None and aten not in SHAPE_ONLY_OPS:
+                self._problem(node, aten, "npuc has no graph op for it")
             return _Failed()
         if _all_known(operands) and (rule is None or not any(o.state for o in operands)):
             return self._fold(node, target)
         if rule is None and aten in SHAPE_ONLY_OPS:
             return self._fold(node, target, shape_only=True)
         if rule is None:
-            reason = "npuc has no graph op for it"
-            if not _all_known(operands):
-                reason += " (import-time folding needs operands known at import time)"
-            self._problem(node, aten, reason)
+            self._problem(node, aten, "npuc has no graph op for it (import-time folding needs operands known at import time)")
             return _Failed()
         self.ctx.node = node
         frame = user_frame(node)

@@ -89,3 +89,24 @@ def test_nodes_carry_user_source_locations(name):
     located = [n for n in compute if n.loc]
     assert len(located) >= 0.9 * len(compute)
     assert not any("torch/nn/" in n.loc for n in located)
+
+
+@pytest.mark.parametrize("name", zoo_params(zoo_names()))
+def test_make_inputs_is_seeded_and_matches_the_example_inputs(name):
+    entry = zoo_entry(name)
+    example = imported(name).inputs
+    a, b, c = entry.make_inputs(0), entry.make_inputs(0), entry.make_inputs(1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+    assert all(x.shape == e.shape and x.dtype == e.dtype for x, e in zip(a, example))
+
+
+@pytest.mark.parametrize("name", ["torchvision:resnet18", "transformers:bert-tiny"])
+def test_loading_twice_gives_the_same_weights_and_the_same_graph(name):
+    m1, _ = zoo_entry(name).load()
+    m2, _ = zoo_entry(name).load()
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+    g = imported(name).raw
+    again = import_graph(m2, zoo_entry(name).make_inputs(0), name=name)
+    assert graphs_equal(g, again)

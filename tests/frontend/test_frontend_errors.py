@@ -256,3 +256,26 @@ def test_supported_aten_ops_name_registered_graph_ops():
         assert aten.startswith("aten.")
         for op in ops.replace(" ", "").split(","):
             assert op in graph_ops or op in ("(identity)", "(dropped)"), (aten, op)
+
+
+def test_torch_cond_is_reported_as_control_flow():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+
+    with pytest.raises(UnsupportedOpError) as info:
+        import_graph(Branchy(), (torch.randn(3),))
+    msg = str(info.value)
+    assert "torch.cond" in msg and "control flow" in msg and "1 operator " in msg
+
+
+def test_ops_after_a_data_dependent_shape_are_reported_once_without_follow_up_noise():
+    class MaskSelect(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0].cumsum(0)
+
+    with pytest.raises(UnsupportedOpError) as info:
+        import_graph(MaskSelect(), (torch.randn(6),))
+    msg = str(info.value)
+    assert "boolean mask" in msg and "aten.cumsum.default" in msg
+    assert "2 operators" in msg and "sym_size" not in msg and "_assert" not in msg
