@@ -298,19 +298,20 @@ def dma_nd(em: Any, op: str, dram_addr: int, shape: Sequence[int], dram_strides:
     return count
 
 
-def vector_nd(em: Any, op: str, shape: Sequence[int], operands: dict[str, tuple[int, Sequence[int]]],
-              dst: str = "dst", spaces: dict[str, str] | None = None, **fields: Any) -> int:
+def vector_nd(em: Any, instr: str, shape: Sequence[int], operands: dict[str, tuple[int, Sequence[int]]],
+              /, spaces: dict[str, str] | None = None, **fields: Any) -> int:
     """Run a 2-D vector instruction (VUN, VBIN, VCVT, VFILL) over an N-D block.
 
     ``operands`` maps each operand prefix of the instruction (``dst``, ``src``, ``a``, ``b``) to
-    (address, byte strides per dimension); zero strides broadcast.  The two largest dimensions
+    (address, byte strides per dimension); zero strides broadcast; ``spaces`` gives an operand's
+    memory space when it is not the scratchpad; ``fields`` are the other fields (op, dtype, ...).  The two largest dimensions
     whose strides fit the fields become (n1, n0) and the rest are looped.  Returns the number of
     instructions emitted.
     """
     if math.prod(shape) == 0:
         return 0
     names = list(operands)
-    dst_strides = operands[dst][1]
+    dst_strides = operands["dst"][1]
     order = sorted(range(len(shape)), key=lambda d: -dst_strides[d])
     sh, sts = merge_dims([shape[d] for d in order], *[[operands[k][1][d] for d in order] for k in names])
     dims = list(zip(sh, zip(*sts))) if sh else []
@@ -332,7 +333,7 @@ def vector_nd(em: Any, op: str, shape: Sequence[int], operands: dict[str, tuple[
                 f[f"{name}_s1"] = s1[k] if n1 > 1 else 0
                 if spaces and name in spaces:
                     f[f"{name}_space"] = spaces[name]
-            em.emit(op, n0=n0, n1=n1, **f)
+            em.emit(instr, n0=n0, n1=n1, **f)
             count += 1
     return count
 

@@ -1,0 +1,76 @@
+"""``fill``: every element of the output view becomes one constant (padding borders, zeros).
+
+One VFILL writes a scratchpad buffer as large as the output (up to a quarter of the
+scratchpad) once; DMA stores then copy it to each block of the output view, seen in its physical
+order with dimensions merged (:func:`canonical`).  The buffer is never rewritten, so the stores
+follow each other back to back on the DRAM port.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npuc.codegen.epilogue import MAX_COUNT, Tile, f32, rows_block, store_pieces
+from npuc.codegen.kernel import FillAttrs, Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, largest_fitting, tile_grid
+from npuc.errors import CompileError
+
+
+@dataclass(frozen=True)
+class FillPlan:
+    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` output."""
+
+    rows: int
+    cols: int
+    tile_rows: int
+    tile_cols: int
+
+
+def _fill_dtype(kernel: Kernel) -> str:
+    return kernel.output.dtype.name
+
+
+class FillKernel:
+    """The ``fill`` kind (docs/kernels.md)."""
+
+    kind = "fill"
+
+    def supports(self, kernel: Kernel, target) -> str | None:
+        if kernel.inputs:
+            return f"fill takes no input, got {len(kernel.inputs)}"
+        if not isinstance(kernel.attrs, FillAttrs):
+            return "fill needs FillAttrs (the value)"
+        if kernel.epilogue:
+            return "fill takes no epilogue"
+        if kernel.output.dtype.is_float and not target.has_fp16:
+            return f"target '{target.name}' has no fp16 vector arithmetic"
+        return None
+
+    def plan(self, kernel: Kernel, target) -> Plan:
+        (out,) = canonical([kernel.output], kernel.output)
+        es = out.dtype.size
+        cols = out.shape[-1]
+        rows = out.numel // cols
+        budget = target.scratchpad.size_bytes // 4
+        tc = min(cols, MAX_COUNT, max(1, budget // es))
+        tr = 1 if tc < cols else largest_fitting(lambda r: r * cols * es, budget, min(rows, MAX_COUNT))
+        if tr == 0:
+            raise CompileError(f"kernel '{kernel.name}': no fill tile fits {budget} bytes")
+        n = -(-rows // tr) * -(-cols // tc)
+        est = estimate_cycles(target, burst_bytes(out, target.dma.burst_bytes), tr * tc, 1) + n
+        return Plan(f"fill {rows}x{cols} from one {tr}x{tc} buffer ({n} stores)", tr * tc * es, 0, est,
+                    FillPlan(rows, cols, tr, tc))
+
+    def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        (out,) = canonical([kernel.output], kernel.output)
+        p: FillPlan = plan.details
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        buf = Tile(arena.alloc(p.tile_rows * p.tile_cols * out.dtype.size, "fill buffer"), p.tile_rows, p.tile_cols, out.dtype)
+        em.emit("VFILL", dtype=_fill_dtype(kernel), n0=buf.cols, n1=buf.rows, dst=buf.addr,
+                dst_s1=buf.s1 if buf.rows > 1 else 0, value=f32(kernel.attrs.value))
+        rows_dims = tuple(range(out.rank - 1))
+        for r0, nr, c0, nc in tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols):
+            store_pieces(em, buf.block(0, nr, 0, nc), rows_block(out, rows_dims, out.rank - 1, r0, nr, c0, nc))
+
+
+register_kernel(FillKernel())

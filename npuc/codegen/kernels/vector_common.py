@@ -1,0 +1,80 @@
+"""Pieces shared by the vector-unit and data-movement kernels (no kernel of its own).
+
+* :func:`canonical`: several tensors of one logical shape seen in one iteration order (the
+  physical order of a reference tensor), with size-1 dimensions dropped and dimensions merged
+  where every tensor allows it: a dense NHWC tensor plus a per-channel bias becomes
+  ``[N*H*W, C]``; two dense tensors of the same layout become one long row.
+* :func:`dtype_problem`: the dtype checks every vector kernel makes.
+* :func:`estimate_cycles`: the cost figure a plan reports (DMA time against vector time).
+* :func:`largest_fitting`: the largest count whose footprint fits a budget.
+* :func:`tile_grid`: (row, column) blocks of a rows x cols iteration space.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Sequence
+
+from npuc.codegen.epilogue import merge_dims
+from npuc.codegen.tensor import DramTensor
+from npuc.isa.enums import DType
+
+
+def canonical(tensors: Sequence[DramTensor], ref: DramTensor) -> list[DramTensor]:
+    """``tensors`` (all of ``ref``'s logical shape) permuted to ``ref``'s physical order (largest
+    stride first), size-1 dimensions dropped and neighbours merged where all allow it."""
+    order = ref.order
+    shape = [ref.shape[d] for d in order]
+    sh, sts = merge_dims(shape, *[[t.strides[d] for d in order] for t in tensors])
+    if not sh:
+        sh, sts = (1,), tuple((t.dtype.size,) for t in tensors)
+    return [DramTensor(t.name, tuple(sh), t.dtype, t.addr, tuple(s)) for t, s in zip(tensors, sts)]
+
+
+def dtype_problem(dtype: DType, target: Any) -> str | None:
+    """Why the vector kernels cannot compute in ``dtype`` on ``target``, or None."""
+    if dtype is DType.fp16:
+        if not target.has_fp16:
+            return f"target '{target.name}' has no fp16 vector arithmetic"
+        return None
+    return f"{dtype.name} vector kernels are not implemented yet (fp16 only)"
+
+
+def estimate_cycles(target: Any, dram_bytes: int, lane_ops: int, instructions: int) -> int:
+    """A plan's cost figure: the slower of the DMA port and the vector unit, plus a few cycles
+    of issue and pipeline per vector instruction and one DMA latency."""
+    dma = -(-dram_bytes // target.dma.bytes_per_cycle)
+    vec = -(-lane_ops // target.vector.lanes) + 5 * instructions
+    return max(dma, vec) + target.dma.latency_cycles
+
+
+def largest_fitting(footprint: Callable[[int], int], budget: int, limit: int) -> int:
+    """The largest n in 1..limit with ``footprint(n) <= budget`` (0 when even 1 does not fit);
+    ``footprint`` must grow with n."""
+    if footprint(1) > budget:
+        return 0
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if footprint(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def tile_grid(rows: int, cols: int, tile_rows: int, tile_cols: int) -> Iterator[tuple[int, int, int, int]]:
+    """(r0, nr, c0, nc) blocks covering ``rows x cols``, row blocks outer."""
+    for r0 in range(0, rows, tile_rows):
+        for c0 in range(0, cols, tile_cols):
+            yield r0, min(tile_rows, rows - r0), c0, min(tile_cols, cols - c0)
+
+
+def burst_bytes(t: DramTensor, burst: int) -> int:
+    """DRAM bytes one pass over ``t`` moves, rounded to whole bursts per contiguous run."""
+    run = t.dtype.size
+    dims = [(n, s) for n, s in zip(t.shape, t.strides) if n != 1]
+    while dims and dims[-1][1] == run:
+        run *= dims.pop()[0]
+    runs = math.prod(n for n, s in dims if s != 0) if dims else 1
+    return runs * -(-run // burst) * burst

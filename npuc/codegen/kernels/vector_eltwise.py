@@ -1,0 +1,140 @@
+"""``eltwise``: out = epilogue(x), any chain of elementwise steps, on the vector unit.
+
+Every tensor (x, the epilogue operands, the output) has the output's logical shape, with zero
+strides where it broadcasts.  They are seen together in the output's physical order with
+dimensions merged where all allow it (:func:`canonical`), so a dense tensor is one long row and a
+channels-last tensor with a per-channel bias is ``[pixels, channels]``.  The iteration space is
+cut into ``rows x cols`` tiles as large as half the scratchpad allows (two buffer sets: the load
+of tile i+1 and the store of tile i-1 overlap the vector work on tile i).  x is loaded straight
+into the tile (or, when it broadcasts, once and expanded by a vector copy with zero strides);
+each operand is loaded with the fewest bytes (see :mod:`npuc.codegen.epilogue`).
+
+Numerics (fp16): each step is computed in fp32 by the vector unit and rounded to fp16, like a
+chain of PyTorch fp16 ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from npuc.codegen.epilogue import (
+    Tile,
+    alloc_epilogue,
+    apply_epilogue,
+    epilogue_blocks,
+    epilogue_lane_ops,
+    epilogue_spad_bytes,
+    epilogue_supports,
+    load_epilogue_operands,
+    load_operand,
+    load_pieces,
+    rows_block,
+    store_pieces,
+    _broadcast_kind,
+    _vun,
+    ALIGN,
+    MAX_COUNT,
+)
+from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, tile_grid
+from npuc.errors import CompileError
+
+NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
+
+
+@dataclass(frozen=True)
+class EltwisePlan:
+    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` space."""
+
+    rows: int
+    cols: int
+    tile_rows: int
+    tile_cols: int
+
+
+def _canonical_kernel(k: Kernel) -> Kernel:
+    """The kernel with every tensor in canonical form (the output's physical order, merged)."""
+    ops = [e.operand for e in k.epilogue if e.operand is not None]
+    c = canonical([k.inputs[0], *ops, k.output], k.output)
+    x, rest, out = c[0], c[1:-1], c[-1]
+    it = iter(rest)
+    epi = tuple(replace(e, operand=next(it)) if e.operand is not None else e for e in k.epilogue)
+    return replace(k, inputs=(x,), output=out, epilogue=epi)
+
+
+def _x_bytes(k: Kernel, rows: int, cols: int) -> int:
+    """Scratchpad bytes of x's own buffer (only when x broadcasts; else it lands in the tile)."""
+    x = k.inputs[0]
+    if all(s != 0 or n == 1 for n, s in zip(x.shape, x.strides)):
+        return 0
+    return -(-(rows * cols * k.dtype.size) // ALIGN) * ALIGN
+
+
+def _set_bytes(k: Kernel, rows: int, cols: int) -> int:
+    tile = -(-(rows * cols * k.dtype.size) // ALIGN) * ALIGN
+    return tile + _x_bytes(k, rows, cols) + epilogue_spad_bytes(k.epilogue, rows, cols, k.dtype, col_dim=k.output.rank - 1)
+
+
+class EltwiseKernel:
+    """The ``eltwise`` kind (docs/kernels.md)."""
+
+    kind = "eltwise"
+
+    def supports(self, kernel: Kernel, target) -> str | None:
+        if len(kernel.inputs) != 1:
+            return f"eltwise takes one input, got {len(kernel.inputs)}"
+        for t in kernel.tensors():
+            if t.shape != kernel.output.shape:
+                return f"tensor {t.name} has shape {list(t.shape)}, not the output's {list(kernel.output.shape)}"
+        return dtype_problem(kernel.dtype, target) or epilogue_supports(kernel.epilogue, kernel.dtype, target)
+
+    def plan(self, kernel: Kernel, target) -> Plan:
+        k = _canonical_kernel(kernel)
+        cols = k.output.shape[-1]
+        rows = k.output.numel // cols
+        budget = target.scratchpad.size_bytes // NSETS
+        tc = largest_fitting(lambda c: _set_bytes(k, 1, c), budget, min(cols, MAX_COUNT))
+        if tc == 0:
+            raise CompileError(f"kernel '{kernel.name}': no eltwise tile fits {budget} bytes of scratchpad")
+        tr = 1 if tc < cols else largest_fitting(lambda r: _set_bytes(k, r, cols), budget, min(rows, MAX_COUNT))
+        spad = NSETS * _set_bytes(k, tr, tc)
+        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in k.tensors())
+        lane = k.output.numel * max(1, epilogue_lane_ops(k.epilogue))
+        ntiles = -(-rows // tr) * -(-cols // tc)
+        est = estimate_cycles(target, dram, lane, ntiles * max(1, len(k.epilogue)))
+        summary = f"eltwise {rows}x{cols} in {tr}x{tc} tiles, double-buffered, {len(k.epilogue)} steps"
+        return Plan(summary, spad, 0, est, EltwisePlan(rows, cols, tr, tc))
+
+    def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        k = _canonical_kernel(kernel)
+        p: EltwisePlan = plan.details
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        sets = []
+        for _ in range(NSETS):
+            tile = arena.alloc(p.tile_rows * p.tile_cols * k.dtype.size, "tile")
+            xb = _x_bytes(k, p.tile_rows, p.tile_cols)
+            xbuf = (arena.alloc(xb, "x"), xb) if xb else None
+            bufs = alloc_epilogue(arena, k.epilogue, p.tile_rows, p.tile_cols, k.dtype, col_dim=k.output.rank - 1)
+            sets.append((tile, xbuf, bufs))
+        row_dims = tuple(range(k.output.rank - 1))
+        col = k.output.rank - 1
+        x = k.inputs[0]
+        for i, (r0, nr, c0, nc) in enumerate(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols)):
+            taddr, xbuf, bufs = sets[i % NSETS]
+            tile = Tile(taddr, nr, nc, k.dtype)
+
+            def block(t, r0=r0, nr=nr, c0=c0, nc=nc):
+                return rows_block(t, row_dims, col, r0, nr, c0, nc)
+
+            xp = block(x)
+            if xbuf is None or _broadcast_kind(xp) == "full":
+                load_pieces(em, xp, tile)
+            else:
+                src = load_operand(em, xp, nr, nc, k.dtype, xbuf[0], xbuf[1])
+                _vun(em, tile, "copy", src=src)
+            loaded = load_epilogue_operands(em, k.epilogue, bufs, epilogue_blocks(k.epilogue, block), nr, nc)
+            apply_epilogue(em, k.epilogue, tile, loaded)
+            store_pieces(em, tile, block(k.output))
+
+
+register_kernel(EltwiseKernel())
