@@ -283,37 +283,30 @@ def _where(ctx: ConvertContext, a: dict) -> Value:
 
 @rule("conv2d", "aten.convolution.default")
 def _convolution(ctx: ConvertContext, a: dict) -> Value:
-    if a.get("transposed"):
+    """2-D convolution; an unbatched input gains N = 1 and a 1-D convolution runs as 2-D over H = 1."""
+    if a["transposed"]:
         raise Unsupported("transposed convolution has no graph op")
     x, w = ctx.value(a["input"]), ctx.value(a["weight"])
     bias = [] if a["bias"] is None else [ctx.value(a["bias"])]
     spatial = w.type.rank - 2
-    if spatial == 2:
-        return ctx.add("conv2d", (x, w, *bias), stride=pair(a["stride"], "stride"),
-                       padding=_conv_padding(a["padding"]), dilation=pair(a["dilation"], "dilation"),
-                       groups=int(a["groups"]))
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-D convolution has no graph op (conv2d only; 1-D is mapped onto it)")
+    if x.type.rank == spatial + 1:
+        x = ctx.reshape(x, (1, *x.type.shape))
+    stride, padding, dilation = (_window(a[k], spatial, k) for k in ("stride", "padding", "dilation"))
     if spatial == 1:
-        return _conv1d(ctx, a, x, w, bias)
-    raise Unsupported(f"{spatial}-D convolution has no graph op (conv2d only; 1-D is mapped onto it)")
-
-
-def _conv_padding(p: Any) -> tuple[int, int]:
-    if isinstance(p, str):
-        raise Unsupported(f"padding='{p}' should have been resolved by torch.export")
-    return pair(p, "padding")
-
-
-def _conv1d(ctx: ConvertContext, a: dict, x: Value, w: Value, bias: list[Value]) -> Value:
-    """A 1-D convolution as a 2-D one over a height of 1."""
-    unbatched = x.type.rank == 2
-    n, c, length = (1, *x.type.shape) if unbatched else x.type.shape
-    x4 = ctx.reshape(x, (n, c, 1, length))
-    w4 = ctx.reshape(w, (*w.type.shape[:2], 1, w.type.shape[2]))
-    one = lambda v, name: (1, pair(v, name)[0])  # noqa: E731
-    y = ctx.add("conv2d", (x4, w4, *bias), stride=one(a["stride"], "stride"),
-                padding=(0, pair(_conv_padding(a["padding"]), "padding")[0]),
-                dilation=one(a["dilation"], "dilation"), groups=int(a["groups"]))
+        x = ctx.reshape(x, (*x.type.shape[:2], 1, x.type.shape[2]))
+        w = ctx.reshape(w, (*w.type.shape[:2], 1, w.type.shape[2]))
+        stride, padding, dilation = (1, stride[0]), (0, padding[0]), (1, dilation[0])
+    y = ctx.add("conv2d", (x, w, *bias), stride=stride, padding=padding, dilation=dilation, groups=int(a["groups"]))
     return ctx.reshape(y, ctx.out_shape())
+
+
+def _window(v: Any, spatial: int, name: str) -> tuple[int, ...]:
+    """A convolution's per-dim stride/padding/dilation as a tuple of ``spatial`` ints."""
+    if isinstance(v, str):
+        raise Unsupported(f"{name}='{v}' should have been resolved by torch.export")
+    return pair(v, name) if spatial == 2 else (int(v[0] if isinstance(v, (list, tuple)) else v),)
 
 
 @rule("linear", "aten.linear.default")
