@@ -197,15 +197,17 @@ class Instr:
         return _BY_NAME[self.op]
 
     @staticmethod
-    def make(op: str, deps: Deps = Deps(), **fields: Any) -> "Instr":
-        """Build an instruction from field values (defaults filled in); raises FieldError."""
-        d = get_def(op)
+    def make(mnemonic: str, /, deps: Deps = Deps(), **fields: Any) -> "Instr":
+        """Build an instruction from field values (enum fields also by name, defaults filled
+        in): ``Instr.make("VUN", op="relu", dtype="int8", n0=64, dst=0, src=0x100)``.
+        Raises FieldError."""
+        d = get_def(mnemonic)
         if d is None:
-            raise FieldError(f"unknown instruction '{op}'")
+            raise FieldError(f"unknown instruction '{mnemonic}'")
         reason = deps.problem(d.queue)
         if reason:
-            raise FieldError(f"{op} runs on the {d.queue.name} queue: {reason}")
-        return Instr(op, build_args(d, fields), deps)
+            raise FieldError(f"{mnemonic} runs on the {d.queue.name} queue: {reason}")
+        return Instr(mnemonic, build_args(d, fields), deps)
 
     def __str__(self) -> str:
         from npuc.isa.asm import format_instr

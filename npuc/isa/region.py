@@ -10,7 +10,7 @@ the DMA timing (DRAM bursts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,23 @@ class Region:
     access: str = "r"  # "r", "w" or "rw" (read-modify-write: accumulate)
     name: str = ""
 
+    count: int = field(init=False, compare=False, repr=False)  # elements accessed
+    nbytes: int = field(init=False, compare=False, repr=False)  # bytes moved (broadcasts counted each time)
+    end: int = field(init=False, compare=False, repr=False)  # one past the last byte touched
+
+    def __post_init__(self) -> None:
+        count, end = 1, self.addr + self.dtype.itemsize
+        for n, s in zip(self.shape, self.strides):
+            count *= n
+            end += (n - 1) * s
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "nbytes", count * self.dtype.itemsize)
+        object.__setattr__(self, "end", end)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
     @property
     def reads(self) -> bool:
         return "r" in self.access
@@ -37,41 +54,25 @@ class Region:
     def writes(self) -> bool:
         return "w" in self.access
 
-    @property
-    def itemsize(self) -> int:
-        return self.dtype.itemsize
-
-    @property
-    def count(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the access moves (every element once, broadcast elements counted each time)."""
-        return self.count * self.itemsize
-
-    @property
-    def end(self) -> int:
-        """One past the last byte touched."""
-        return self.addr + sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + self.itemsize
-
     def problem(self, mem_size: int) -> str | None:
         """Why this region is illegal in a memory of ``mem_size`` bytes, or None."""
-        what = f"operand '{self.name}' in {self.mem.name.upper()}" if self.name else self.mem.name.upper()
-        es = self.itemsize
+        es = self.dtype.itemsize
         if self.addr % es != 0:
-            return f"{what}: address 0x{self.addr:x} is not aligned to its {es}-byte elements"
+            return f"{self._what()}: address 0x{self.addr:x} is not aligned to its {es}-byte elements"
         for n, s in zip(self.shape, self.strides):
             if n > 1 and s % es != 0:
-                return f"{what}: stride {s} is not a multiple of its {es}-byte elements"
+                return f"{self._what()}: stride {s} is not a multiple of its {es}-byte elements"
         if self.end > mem_size:
             return (
-                f"{what}: bytes 0x{self.addr:x}..0x{self.end - 1:x} run past the end of the "
+                f"{self._what()}: bytes 0x{self.addr:x}..0x{self.end - 1:x} run past the end of the "
                 f"{mem_size}-byte memory"
             )
         if self.writes and not self.writes_each_once():
-            return f"{what}: the strides {self.strides} for shape {self.shape} write some element twice"
+            return f"{self._what()}: the strides {self.strides} for shape {self.shape} write some element twice"
         return None
+
+    def _what(self) -> str:
+        return f"operand '{self.name}' in {self.mem.name.upper()}" if self.name else self.mem.name.upper()
 
     def writes_each_once(self) -> bool:
         """True when no two indices share an address (checked on strides sorted ascending:

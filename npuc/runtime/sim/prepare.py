@@ -33,11 +33,12 @@ _SIGNAL = {  # queue -> (channel of signal_prev, channel of signal_next)
 }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Step:
     """One instruction prepared for a target: everything the simulator needs to run it.
 
-    Identical instructions of a program (a loop body, unrolled) share one Step.
+    Identical instructions of a program (a loop body, unrolled) share one Step (treat it as
+    read-only; it is a plain slotted record because programs have many).
     """
 
     instr: Instr
@@ -64,21 +65,34 @@ def _channels(deps: Deps, q: Queue, table) -> tuple[int, ...]:
     return tuple(c for c, flag in zip((prev_c, next_c), on) if flag and c is not None)
 
 
-def prepare(instrs: Sequence[Instr], target: Target, dram_size: int) -> list[Step]:
+# (deps, queue) -> (channels waited on, channels signalled), for every legal combination
+_TOKENS = {
+    (Deps.from_bits(bits), q): (_channels(Deps.from_bits(bits), q, _WAIT), _channels(Deps.from_bits(bits), q, _SIGNAL))
+    for bits in range(16)
+    for q in Queue
+}
+
+
+def prepare(instrs: Sequence[Instr], target: Target, dram_size: int | None) -> tuple[list[Step], int]:
     """The Step of every instruction, in program order, after checking ``instrs`` against
-    ``target`` and a DRAM of ``dram_size`` bytes; SimulationError names the first bad one."""
+    ``target`` and a DRAM of ``dram_size`` bytes (None: as large as the program's DMAs reach);
+    SimulationError names the first bad instruction.  Returns the steps and the DRAM size."""
     reason = program_problem(list(instrs))
     if reason:
         raise SimulationError(f"not a complete program: {reason}")
     sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
     cache: dict[Instr, Step] = {}
     steps = []
+    dram_top = 1
     for index, ins in enumerate(instrs):
         step = cache.get(ins)
         if step is None:
             step = cache[ins] = _step(index, ins, target, sizes)
+            for r in step.regions:
+                if r.mem is Mem.dram and r.end > dram_top:
+                    dram_top = r.end
         steps.append(step)
-    return steps
+    return steps, dram_size if dram_size is not None else dram_top
 
 
 def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step:
@@ -87,7 +101,8 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
     reason = d.check(a, target)
     regions = d.regions(a)
     for r in regions:
-        reason = reason or r.problem(sizes[r.mem])
+        size = sizes[r.mem]
+        reason = reason or r.problem(size if size is not None else 1 << 62)
     if reason:
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
@@ -100,18 +115,7 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         int(d.unit),
         busy,
         latency,
-        _channels(ins.deps, d.queue, _WAIT),
-        _channels(ins.deps, d.queue, _SIGNAL),
+        *_TOKENS[(ins.deps, d.queue)],
         tuple(vars(act).values()),
         d.may_follow,
     )
-
-
-def dram_extent(instrs: Sequence[Instr]) -> int:
-    """One past the highest DRAM byte any instruction touches (the DRAM a program needs)."""
-    top = 0
-    for ins in set(instrs):
-        for r in ins.defn.regions(ins.args):
-            if r.mem is Mem.dram:
-                top = max(top, r.end)
-    return top

@@ -12,7 +12,7 @@ from npuc.isa.enums import Queue, Unit
 from npuc.isa.instr import Instr, Program
 from npuc.isa.state import MachineState
 from npuc.runtime.sim.engine import run
-from npuc.runtime.sim.prepare import CHANNELS, dram_extent, prepare
+from npuc.runtime.sim.prepare import CHANNELS, prepare
 from npuc.runtime.sim.races import find_race
 from npuc.runtime.sim.result import SimResult
 from npuc.targets import Target
@@ -39,17 +39,16 @@ def simulate(
     instructions in flight together touching the same bytes without a token ordering them.
     """
     instrs = tuple(program)
-    if dram is not None:
-        size = memoryview(dram).nbytes
-    elif dram_size is not None:
-        size = dram_size
-    else:
-        size = max(dram_extent(instrs), 1)
-    if size > target.dram.size_bytes:
+    size = memoryview(dram).nbytes if dram is not None else dram_size
+    if size is not None and size > target.dram.size_bytes:
         raise SimulationError(
             f"a DRAM of {size} bytes exceeds target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
         )
-    steps = prepare(instrs, target, size)
+    steps, size = prepare(instrs, target, size)
+    if size > target.dram.size_bytes:
+        raise SimulationError(
+            f"the program's DMAs reach byte {size - 1}, beyond target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
+        )
     state = None
     if functional:
         image = np.zeros(size, np.uint8) if dram is None else np.frombuffer(bytes(dram), dtype=np.uint8).copy()
