@@ -65,3 +65,11 @@ def test_float_immediates_round_trip_exactly():
     p = assemble("VUN op=muls dtype=fp32 n0=1 dst=0 src=0 imm0=0.1 imm1=-inf\nEND\n")
     assert disassemble(p).splitlines()[0].endswith("imm0=0.1 imm1=-inf")
     assert assemble(disassemble(p)) == p
+
+
+def test_make_builds_the_same_instruction_as_text():
+    from npuc.isa import Instr, UnOp
+
+    made = Instr.make("VUN", deps=Deps(wait_prev=True), op="relu", dtype="int8", n0=64, dst=0, src=0x100)
+    (parsed, _) = assemble("VUN op=relu dtype=int8 n0=64 dst=0 src=0x100 wait=load\nEND")
+    assert made == parsed and made.args.op is UnOp.relu

@@ -274,3 +274,23 @@ def test_depthwise_conv_by_vector_mac():
     r = simulate(assemble("\n".join(lines)), MID, image)
     want = sum(x[dy : dy + oh, dx : dx + ow].astype(np.int64) * wt[dy, dx] for dy in range(k) for dx in range(k))
     np.testing.assert_array_equal(get(r.dram, 0, np.int32, (oh, ow, c)), want)
+
+
+def test_int32_accumulators_wrap():
+    big = np.full((2, 4), 2**31 - 10, np.int32)
+    x = np.full((2, 4), 127, np.int8)
+    w = np.eye(4, dtype=np.int8)
+    image = np.zeros(128, np.uint8)
+    put(image, 0, big)
+    put(image, 32, x)
+    put(image, 48, w)
+    text = """
+    DMA_LOAD local=acc esize=4 dram_addr=0 local_addr=0 n0=8
+    DMA_LOAD esize=1 dram_addr=32 local_addr=0 n0=24 signal=compute
+    LOAD_WEIGHTS addr=8 k=4 n=4 wait=load
+    MATMUL acc=1 k=4 n=4 in_addr=0 m0=2 out_addr=0 signal=store
+    DMA_STORE local=acc esize=4 dram_addr=64 local_addr=0 n0=8 wait=compute
+    END
+    """
+    r = simulate(assemble(text), MID, image)
+    assert get(r.dram, 64, np.int32, (2, 4)).tolist() == [[-(2**31) + 116] * 4] * 2
