@@ -293,4 +293,4 @@ def test_int32_accumulators_wrap():
     END
     """
     r = simulate(assemble(text), MID, image)
-    assert get(r.dram, 64, np.int32, (2, 4)).tolist() == [[-(2**31) + 116] * 4] * 2
+    assert get(r.dram, 64, np.int32, (2, 4)).tolist() == [[-(2**31) + 117] * 4] * 2  # 2^31 - 10 + 127 wraps
