@@ -283,7 +283,7 @@ def test_int32_accumulators_wrap():
     image = np.zeros(128, np.uint8)
     put(image, 0, big)
     put(image, 32, x)
-    put(image, 48, w)
+    put(image, 40, w)
     text = """
     DMA_LOAD local=acc esize=4 dram_addr=0 local_addr=0 n0=8
     DMA_LOAD esize=1 dram_addr=32 local_addr=0 n0=24 signal=compute
