@@ -78,3 +78,41 @@ def burst_bytes(t: DramTensor, burst: int) -> int:
         run *= dims.pop()[0]
     runs = math.prod(n for n, s in dims if s != 0) if dims else 1
     return runs * -(-run // burst) * burst
+
+
+PIPELINE_TILES = 6  # aim for at least this many tiles so loads, compute and stores overlap
+
+
+def overlap_cap(n: int, fit: int, min_tile: int) -> int:
+    """Units per tile: at most ``fit``, small enough that ``n`` units make about
+    :data:`PIPELINE_TILES` tiles (the first load and the last store are not overlapped), but not
+    below ``min_tile`` (tiny tiles pay per-instruction costs)."""
+    return max(1, min(fit, max(min_tile, -(-n // PIPELINE_TILES))))
+
+
+def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin: int, wp: int, pl: int,
+                 buf: int, fill: float) -> None:
+    """Load input rows ``top .. top+rin`` (may reach outside 0..H) of image ``b``, channels
+    ``c0 .. c0+nc``, of a channels-last ``[N, C, H, W]`` tensor into ``buf`` laid out
+    ``[rin][wp][nc]`` with the image at column ``pl``; every cell outside the image (padding,
+    and whatever a ceil-mode window reaches) is filled with ``fill`` by VFILL, only where this
+    block has such cells."""
+    from npuc.codegen.epilogue import dma_nd, f32
+
+    h, w = x.shape[2], x.shape[3]
+    es = x.dtype.size
+    dt = x.dtype.name
+    row_s, px_s = wp * nc * es, nc * es
+    lo, hi = max(top, 0), min(top + rin, h)
+    value = f32(fill)
+    if pl > 0:
+        em.emit("VFILL", dtype=dt, n0=pl * nc, n1=rin, dst=buf, dst_s1=row_s if rin > 1 else 0, value=value)
+    if wp > pl + w:
+        em.emit("VFILL", dtype=dt, n0=(wp - pl - w) * nc, n1=rin, dst=buf + (pl + w) * px_s,
+                dst_s1=row_s if rin > 1 else 0, value=value)
+    for r0, r1 in ((top, lo), (max(hi, top), top + rin)):
+        if r1 > r0:
+            em.emit("VFILL", dtype=dt, n0=wp * nc, n1=r1 - r0, dst=buf + (r0 - top) * row_s, value=value)
+    if hi > lo:
+        dma_nd(em, "DMA_LOAD", x.offset((b, c0, lo, 0)), (hi - lo, w, nc), (x.strides[2], x.strides[3], x.strides[1]),
+               buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)

@@ -36,7 +36,7 @@ from npuc.codegen.epilogue import (
     MAX_COUNT,
 )
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, tile_grid
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, tile_grid
 from npuc.errors import CompileError
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
@@ -97,6 +97,10 @@ class EltwiseKernel:
         if tc == 0:
             raise CompileError(f"kernel '{kernel.name}': no eltwise tile fits {budget} bytes of scratchpad")
         tr = 1 if tc < cols else largest_fitting(lambda r: _set_bytes(k, r, cols), budget, min(rows, MAX_COUNT))
+        if tc == cols:
+            tr = overlap_cap(rows, tr, max(1, 4096 // (cols * k.dtype.size)))
+        elif rows == 1:
+            tc = overlap_cap(cols, tc, 2048)
         spad = NSETS * _set_bytes(k, tr, tc)
         dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in k.tensors())
         lane = k.output.numel * max(1, epilogue_lane_ops(k.epilogue))

@@ -1,0 +1,236 @@
+"""``depthwise_conv2d``: one kh x kw filter per channel (groups = C = O), on the vector unit.
+
+Channels-last tensors.  A tile is a block of output rows of one image and a block of channels.
+Its input rows land in a scratchpad buffer ``[rows][padded width][channels]`` whose padding
+border is zero-filled by VFILL (only where the tile has one).  The weights are loaded once,
+tap-major (``[kh*kw][C]``: ``constant_layout`` asks the packer for that order, so the load is one
+contiguous run).  Then, per tap (dy, dx), one VBIN multiplies the shifted input window by the
+tap's per-channel weights and one VBIN adds it into the accumulator tile; the first tap writes
+the accumulator directly.  With horizontal stride 1 the weights are first repeated along a whole
+output row (when that fits), so each tap is a single instruction over ``rows x (width x
+channels)``; otherwise each tap is a few instructions (``vector_nd``).  The epilogue (bias,
+activation, residual ...) runs on the accumulator tile, which is then stored.  Tiles rotate
+through three buffer sets, and the next tile's loads are emitted before this tile's compute, so
+DMA overlaps the vector work.
+
+Numerics (fp16): products and sums are computed in fp32 by the vector unit and rounded to fp16
+after each multiply and each add (2 kh kw - 1 roundings per output; relative error ~1e-3 for
+3x3).  This keeps the vector unit lane-bound (fp32 operands would make it scratchpad-bound at
+1.5x the cycles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npuc.codegen.epilogue import (
+    ALIGN,
+    MAX_COUNT,
+    Tile,
+    alloc_epilogue,
+    apply_epilogue,
+    channels_last_block,
+    dma_nd,
+    epilogue_blocks,
+    epilogue_lane_ops,
+    epilogue_spad_bytes,
+    epilogue_supports,
+    load_epilogue_operands,
+    store_pieces,
+    vector_nd,
+)
+from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap
+from npuc.errors import CompileError
+
+NSETS = 3
+_EXPAND_SHARE = 8  # repeated weights may take up to 1/8 of the scratchpad
+
+
+@dataclass(frozen=True)
+class DepthwisePlan:
+    """``rows`` output rows x ``chans`` channels per tile; ``expand``: weights repeated along a row."""
+
+    rows: int
+    chans: int
+    expand: bool
+
+
+def _r(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
+    """(input rows, padded width) a tile of ``rows`` output rows reads."""
+    a = k.attrs
+    (kh, kw), (sy, sx), (dy, dx) = _kernel_hw(k), a.stride, a.dilation
+    ow = k.output.shape[3]
+    return (rows - 1) * sy + (kh - 1) * dy + 1, (ow - 1) * sx + (kw - 1) * dx + 1
+
+
+def _kernel_hw(k: Kernel) -> tuple[int, int]:
+    return k.inputs[1].shape[2], k.inputs[1].shape[3]
+
+
+def _set_bytes(k: Kernel, rows: int, chans: int) -> int:
+    es = k.dtype.size
+    rin, wp = _geometry(k, rows)
+    ow = k.output.shape[3]
+    out = rows * ow * chans * es
+    return _r(rin * wp * chans * es) + _r(out) + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1)
+
+
+def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool) -> int:
+    """Weights (plain or repeated along a row) and the product scratch tile, shared by all sets."""
+    es = k.dtype.size
+    kh, kw = _kernel_hw(k)
+    ow = k.output.shape[3]
+    c = k.inputs[0].shape[1]
+    w = kh * kw * c * es + (kh * kw * ow * chans * es if expand else 0)
+    return _r(w) + _r(rows * ow * chans * es)
+
+
+class DepthwiseKernel:
+    """The ``depthwise_conv2d`` kind (docs/kernels.md)."""
+
+    kind = "depthwise_conv2d"
+
+    def constant_layout(self, kernel: Kernel, index: int) -> tuple[int, ...] | None:
+        """The weights ``[C, 1, kh, kw]`` stored tap-major, channels innermost."""
+        return (2, 3, 1, 0) if index == 1 else None
+
+    def supports(self, kernel: Kernel, target) -> str | None:
+        if len(kernel.inputs) != 2:
+            return f"depthwise_conv2d takes x and w, got {len(kernel.inputs)} inputs"
+        x, w = kernel.inputs
+        out = kernel.output
+        if x.rank != 4 or w.rank != 4 or out.rank != 4:
+            return "depthwise_conv2d needs 4-D x, w and output"
+        c = x.shape[1]
+        if w.shape[:2] != (c, 1) or out.shape[1] != c or getattr(kernel.attrs, "groups", c) != c:
+            return f"not depthwise: x has {c} channels, w is {list(w.shape)}, output has {out.shape[1]}"
+        for t in (x, out):
+            if t.strides[1] != t.dtype.size:
+                return f"depthwise_conv2d needs channels-last tensors; {t.name} has channel stride {t.strides[1]}"
+        return dtype_problem(kernel.dtype, target) or epilogue_supports(kernel.epilogue, kernel.dtype, target)
+
+    def plan(self, kernel: Kernel, target) -> Plan:
+        x, out = kernel.inputs[0], kernel.output
+        n, c, _, _ = x.shape
+        oh, ow = out.shape[2], out.shape[3]
+        size = target.scratchpad.size_bytes
+        chans = min(c, MAX_COUNT)
+        expand = kernel.attrs.stride[1] == 1
+        while True:
+            if expand and _fixed_bytes(kernel, 1, chans, True) - _fixed_bytes(kernel, 1, chans, False) > size // _EXPAND_SHARE:
+                expand = False
+            fits = lambda r: NSETS * _set_bytes(kernel, r, chans) + _fixed_bytes(kernel, r, chans, expand)
+            rows = largest_fitting(fits, size, min(oh, MAX_COUNT))
+            if rows or chans == 1:
+                break
+            chans = -(-chans // 2)
+        if rows == 0:
+            raise CompileError(
+                f"kernel '{kernel.name}': one output row needs {fits(1)} bytes of scratchpad, the target has {size}"
+            )
+        rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 4096 // (ow * chans * kernel.dtype.size)))
+        kh, kw = _kernel_hw(kernel)
+        lane = out.numel * (2 * kh * kw - 1 + epilogue_lane_ops(kernel.epilogue))
+        tiles = n * -(-oh // rows) * -(-c // chans)
+        per_tap = 1 if expand else min(rows, ow)
+        est = estimate_cycles(target, x.nbytes + out.nbytes, lane, tiles * (2 * kh * kw * per_tap + len(kernel.epilogue)))
+        summary = (f"depthwise {kh}x{kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]}, {rows} output rows x "
+                   f"{chans} channels per tile, fp16 multiply-add per tap{', weights repeated along rows' if expand else ''}")
+        spad = NSETS * _set_bytes(kernel, rows, chans) + _fixed_bytes(kernel, rows, chans, expand)
+        return Plan(summary, spad, 0, est, DepthwisePlan(rows, chans, expand))
+
+    def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        _Emission(kernel, plan.details, em).run()
+
+
+class _Emission:
+    """The instruction stream of one depthwise kernel (state shared by the per-tile steps)."""
+
+    def __init__(self, k: Kernel, p: DepthwisePlan, em) -> None:
+        self.k, self.p, self.em = k, p, em
+        x, w = k.inputs
+        self.n, self.c, self.h, self.w = x.shape
+        self.oh, self.ow = k.output.shape[2], k.output.shape[3]
+        self.kh, self.kw = _kernel_hw(k)
+        self.es = k.dtype.size
+        self.rin, self.wp = _geometry(k, p.rows)
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+        es, ow = self.es, self.ow
+        self.wbuf = arena.alloc(self.kh * self.kw * self.c * es, "weights")
+        self.wexp = arena.alloc(self.kh * self.kw * ow * p.chans * es, "repeated weights") if p.expand else None
+        self.tmp = arena.alloc(p.rows * ow * p.chans * es, "products")
+        self.sets = []
+        for i in range(NSETS):
+            ibuf = arena.alloc(self.rin * self.wp * p.chans * es, f"input {i}")
+            acc = arena.alloc(p.rows * ow * p.chans * es, f"accumulator {i}")
+            bufs = alloc_epilogue(arena, k.epilogue, p.rows * ow, p.chans, k.dtype, col_dim=1)
+            self.sets.append((ibuf, acc, bufs))
+        self.tiles = [(b, o0, c0) for b in range(self.n) for o0 in range(0, self.oh, p.rows) for c0 in range(0, self.c, p.chans)]
+        self.loaded: dict[int, tuple] = {}
+
+    def run(self) -> None:
+        w = self.k.inputs[1]
+        dma_nd(self.em, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
+               self.wbuf, (self.kw * self.c * self.es, self.c * self.es, self.es), self.es)
+        self.fetch(0)
+        for i in range(len(self.tiles)):
+            if i + 1 < len(self.tiles):
+                self.fetch(i + 1)
+            self.compute(i)
+
+    def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
+        b, o0, c0 = self.tiles[i]
+        return b, o0, c0, min(self.p.rows, self.oh - o0), min(self.p.chans, self.c - c0), (b * self.oh + o0) * self.ow
+
+    def fetch(self, i: int) -> None:
+        a = self.k.attrs
+        b, o0, c0, nr, nc, r0 = self._block(i)
+        ibuf, _, bufs = self.sets[i % NSETS]
+        rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
+        fetch_padded(self.em, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1], ibuf, 0.0)
+        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_block(t, r0, nr * self.ow, c0, nc))
+        self.loaded[i] = load_epilogue_operands(self.em, self.k.epilogue, bufs, blocks, nr * self.ow, nc)
+
+    def _expand_weights(self, c0: int, nc: int) -> None:
+        """Repeat each tap's channel weights along an output row (once per channel block)."""
+        es, ow = self.es, self.ow
+        taps = self.kh * self.kw
+        vector_nd(self.em, "VUN", (taps, ow, nc),
+                  {"dst": (self.wexp, (ow * nc * es, nc * es, es)), "src": (self.wbuf + c0 * es, (self.c * es, 0, es))},
+                  op="copy", dtype=self.k.dtype.name)
+
+    def compute(self, i: int) -> None:
+        a = self.k.attrs
+        k, em, es, ow = self.k, self.em, self.es, self.ow
+        b, o0, c0, nr, nc, r0 = self._block(i)
+        ibuf, acc, _ = self.sets[i % NSETS]
+        if self.p.expand and (i == 0 or self._block(i - 1)[2] != c0):
+            self._expand_weights(c0, nc)
+        row_s, px_s = self.wp * nc * es, nc * es
+        shape = (nr, ow, nc)
+        out_str = (ow * nc * es, nc * es, es)
+        dt = k.dtype.name
+        for t in range(self.kh * self.kw):
+            dy, dx = divmod(t, self.kw)
+            src = ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s
+            src_str = (a.stride[0] * row_s, a.stride[1] * px_s, es)
+            if self.p.expand:
+                wt = (self.wexp + t * ow * nc * es, (0, nc * es, es))
+            else:
+                wt = (self.wbuf + (t * self.c + c0) * es, (0, 0, es))
+            dst = acc if t == 0 else self.tmp
+            vector_nd(em, "VBIN", shape, {"dst": (dst, out_str), "a": (src, src_str), "b": wt}, op="mul", dtype=dt)
+            if t:
+                vector_nd(em, "VBIN", shape, {"dst": (acc, out_str), "a": (acc, out_str), "b": (self.tmp, out_str)},
+                          op="add", dtype=dt)
+        tile = Tile(acc, nr * ow, nc, k.dtype)
+        apply_epilogue(em, k.epilogue, tile, self.loaded.pop(i))
+        store_pieces(em, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
+
+
+register_kernel(DepthwiseKernel())

@@ -1,0 +1,266 @@
+"""``pool2d``: max and average pooling windows on the vector unit (channels-last tensors).
+
+Windowed pools: a tile is a block of output rows of one image and a block of channels.  The input
+rows it needs are loaded into a scratchpad buffer laid out ``[rows][padded width][channels]``;
+the padding border (and the cells a ``ceil_mode`` window reaches past it) is filled by VFILL with
+-inf (max) or 0 (avg), only where this tile has one; one VPOOL then computes every window of the
+tile.  An average multiplies the window sums by the reciprocal of the divisor: the window size,
+the count of cells inside the padded input (``count_include_pad``) or the count of real input
+cells, or ``divisor_override``.  The divisor of output (oh, ow) is a product of a row count and a
+column count that differ only near the borders, so one VUN ``muls`` covers each rectangle of
+equal divisors (one for a pool without padding).  Tiles alternate between two buffer sets.
+
+Global pools (a window the size of the whole input, no padding) use VREDUCE down the pixel
+column of each channel instead (any size; VPOOL windows are at most 15 x 15), accumulating in
+fp32 over pixel chunks, then scaling (avg) and converting to fp16.
+
+Numerics (fp16): VPOOL sums in fp32 and rounds the window sum to fp16 before the divisor
+multiply; global sums stay in fp32 until the final conversion.  Max is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npuc.codegen.epilogue import ALIGN, MAX_COUNT, dma_nd, f32
+from npuc.codegen.kernel import Kernel, Plan, PoolAttrs, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap
+from npuc.errors import CompileError
+
+NSETS = 3
+_MAX_WINDOW = 15  # VPOOL kh/kw/sy/sx are 4-bit fields
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """``global_`` pools reduce ``chunk`` pixels at a time; windowed pools do ``rows`` output
+    rows x ``chans`` channels per tile."""
+
+    global_: bool
+    rows: int
+    chans: int
+    chunk: int
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _is_global(k: Kernel) -> bool:
+    a: PoolAttrs = k.attrs
+    _, _, h, w = k.inputs[0].shape
+    _, _, oh, ow = k.output.shape
+    return (oh, ow) == (1, 1) and tuple(a.kernel) == (h, w) and tuple(a.padding) == (0, 0)
+
+
+def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
+    """(input rows, padded width) of a tile of ``rows`` output rows."""
+    a: PoolAttrs = k.attrs
+    ow = k.output.shape[3]
+    return (rows - 1) * a.stride[0] + a.kernel[0], (ow - 1) * a.stride[1] + a.kernel[1]
+
+
+def _tile_bytes(k: Kernel, rows: int, chans: int) -> int:
+    es = k.dtype.size
+    rin, wp = _geometry(k, rows)
+    return _round(rin * wp * chans * es) + _round(rows * k.output.shape[3] * chans * es)
+
+
+def _counts(n_out: int, stride: int, pad: int, size: int, win: int, include_pad: bool) -> list[int]:
+    """Cells of each window along one axis inside the padded input (or the real input)."""
+    out = []
+    for o in range(n_out):
+        start = o * stride - pad
+        end = min(start + win, size + pad)
+        if not include_pad:
+            start, end = max(start, 0), min(end, size)
+        out.append(max(end - start, 0))
+    return out
+
+
+def _runs(values: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(start, length, value) runs of equal values in ``values[lo:hi]``."""
+    runs: list[tuple[int, int, int]] = []
+    for i in range(lo, hi):
+        if runs and runs[-1][2] == values[i]:
+            s, n, v = runs[-1]
+            runs[-1] = (s, n + 1, v)
+        else:
+            runs.append((i, 1, values[i]))
+    return runs
+
+
+class PoolKernel:
+    """The ``pool2d`` kind (docs/kernels.md)."""
+
+    kind = "pool2d"
+
+    def supports(self, kernel: Kernel, target) -> str | None:
+        a = kernel.attrs
+        if not isinstance(a, PoolAttrs):
+            return "pool2d needs PoolAttrs"
+        if a.kind not in ("max", "avg"):
+            return f"pool kind '{a.kind}' is not max or avg"
+        x, out = kernel.inputs[0], kernel.output
+        if x.rank != 4 or out.rank != 4:
+            return "pool2d needs 4-D [N, C, H, W] tensors"
+        for t in (x, out):
+            if t.strides[1] != t.dtype.size:
+                return f"pool2d needs channels-last tensors (channel stride = element size); {t.name} has {t.strides[1]}"
+        if kernel.epilogue:
+            return "pool2d takes no epilogue"
+        problem = dtype_problem(kernel.dtype, target)
+        if problem or _is_global(kernel):
+            return problem
+        if tuple(a.dilation) != (1, 1):
+            return f"pool2d with dilation {tuple(a.dilation)} is not supported (VPOOL windows are dense)"
+        if max(*a.kernel, *a.stride) > _MAX_WINDOW:
+            return f"pool window {tuple(a.kernel)} / stride {tuple(a.stride)} exceeds VPOOL's {_MAX_WINDOW}"
+        return None
+
+    def plan(self, kernel: Kernel, target) -> Plan:
+        x, out = kernel.inputs[0], kernel.output
+        n, c, h, w = x.shape
+        es = kernel.dtype.size
+        budget = target.scratchpad.size_bytes // NSETS
+        if _is_global(kernel):
+            chans = min(c, MAX_COUNT)
+            chunk = largest_fitting(lambda p: _round(p * chans * es), budget - 2 * _round(chans * 4), min(h * w, MAX_COUNT))
+            if chunk == 0:
+                raise CompileError(f"kernel '{kernel.name}': a global pool chunk does not fit {budget} bytes")
+            chunk = overlap_cap(n * h * w * -(-c // chans), chunk, max(1, 4096 // (chans * es)))
+            est = estimate_cycles(target, x.nbytes + out.nbytes, x.numel, n * -(-h * w // chunk))
+            return Plan(f"global {kernel.attrs.kind} pool by VREDUCE, {chunk} pixels x {chans} channels per step",
+                        NSETS * _round(chunk * chans * es) + 2 * _round(chans * 4), 0, est, PoolPlan(True, 1, chans, chunk))
+        oh = out.shape[2]
+        chans = min(c, MAX_COUNT)
+        while chans > 1 and _tile_bytes(kernel, 1, chans) > budget:
+            chans = -(-chans // 2)
+        rows = largest_fitting(lambda r: _tile_bytes(kernel, r, chans), budget, min(oh, MAX_COUNT))
+        if rows == 0:
+            raise CompileError(
+                f"kernel '{kernel.name}': one pooled row needs {_tile_bytes(kernel, 1, 1)} bytes, "
+                f"more than {budget} of scratchpad"
+            )
+        rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (out.shape[3] * chans * es)))
+        a: PoolAttrs = kernel.attrs
+        lane = out.numel * a.kernel[0] * a.kernel[1]
+        tiles = n * -(-oh // rows) * -(-c // chans)
+        est = estimate_cycles(target, x.nbytes + out.nbytes, lane, tiles * 4)
+        return Plan(f"{a.kind} pool {a.kernel[0]}x{a.kernel[1]}/{a.stride[0]}x{a.stride[1]}, {rows} output rows x "
+                    f"{chans} channels per tile", NSETS * _tile_bytes(kernel, rows, chans), 0, est,
+                    PoolPlan(False, rows, chans, 0))
+
+    def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        p: PoolPlan = plan.details
+        if p.global_:
+            _emit_global(kernel, p, em)
+        else:
+            _emit_windows(kernel, p, em)
+
+
+def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
+    x, out = k.inputs[0], k.output
+    n, c, h, w = x.shape
+    es = k.dtype.size
+    dt = k.dtype.name
+    arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+    bufs = [arena.alloc(p.chunk * p.chans * es, f"pixels {i}") for i in range(NSETS)]
+    accs = [arena.alloc(p.chans * 4, f"sums {i}") for i in range(2)]
+    op = "max" if k.attrs.kind == "max" else "sum"
+    npx = h * w
+    step = 0
+    for i, (b, c0) in enumerate((b, c0) for b in range(n) for c0 in range(0, c, p.chans)):
+        nc = min(p.chans, c - c0)
+        acc = accs[i % 2]
+        for j, p0 in enumerate(range(0, npx, p.chunk)):
+            npix = min(p.chunk, npx - p0)
+            buf = bufs[step % NSETS]
+            step += 1
+            y0, x0 = divmod(p0, w)
+            _load_pixels(em, x, b, c0, nc, p0, npix, buf, es)
+            em.emit("VREDUCE", op=op, dtype=dt, out_dtype="fp32", acc=j > 0, n0=npix, n1=nc, dst=acc, dst_s=4,
+                    src=buf, src_s0=nc * es if npix > 1 else 0, src_s1=es if nc > 1 else 0)
+        if k.attrs.kind == "avg":
+            div = k.attrs.divisor_override or npx
+            em.emit("VUN", op="muls", dtype="fp32", n0=nc, dst=acc, src=acc, imm0=f32(1.0 / div))
+        em.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nc, dst=acc, src=acc)
+        dma_nd(em, "DMA_STORE", out.offset((b, c0, 0, 0)), (nc,), (out.strides[1],), acc, (es,), es)
+
+
+def _load_pixels(em, x, b: int, c0: int, nc: int, p0: int, npix: int, buf: int, es: int) -> None:
+    """Pixels p0 .. p0+npix (row-major over H, W) of image b, channels c0 .. c0+nc, densely."""
+    w = x.shape[3]
+    row = 0
+    p = p0
+    while row < npix:
+        y, x0 = divmod(p, w)
+        if x0 == 0 and npix - row >= w:
+            ny = (npix - row) // w
+            dma_nd(em, "DMA_LOAD", x.offset((b, c0, y, 0)), (ny, w, nc), (x.strides[2], x.strides[3], x.strides[1]),
+                   buf + row * nc * es, (w * nc * es, nc * es, es), es)
+            n = ny * w
+        else:
+            n = min(w - x0, npix - row)
+            dma_nd(em, "DMA_LOAD", x.offset((b, c0, y, x0)), (n, nc), (x.strides[3], x.strides[1]),
+                   buf + row * nc * es, (nc * es, es), es)
+        row += n
+        p += n
+
+
+def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
+    a: PoolAttrs = k.attrs
+    x, out = k.inputs[0], k.output
+    n, c, h, w = x.shape
+    _, _, oh, ow = out.shape
+    es = k.dtype.size
+    dt = k.dtype.name
+    (kh, kw), (sy, sx), (pt, pl) = a.kernel, a.stride, a.padding
+    fill = float("-inf") if a.kind == "max" else 0.0
+    arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+    rin_max, wp = _geometry(k, p.rows)
+    sets = [(arena.alloc(rin_max * wp * p.chans * es, f"input {i}"), arena.alloc(p.rows * ow * p.chans * es, f"output {i}"))
+            for i in range(NSETS)]
+    include = a.count_include_pad
+    hc = _counts(oh, sy, pt, h, kh, include)
+    wc = _counts(ow, sx, pl, w, kw, include)
+    tiles = [(b, o0, c0) for b in range(n) for o0 in range(0, oh, p.rows) for c0 in range(0, c, p.chans)]
+
+    def fetch(i: int) -> None:
+        """Borders and input rows of tile i (emitted one tile ahead of its pooling, so the
+        border fills do not hold the next load behind the current VPOOL)."""
+        b, o0, c0 = tiles[i]
+        nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
+        fetch_padded(em, x, b, c0, nc, o0 * sy - pt, (nr - 1) * sy + kh, wp, pl, sets[i % NSETS][0], fill)
+
+    def pool(i: int) -> None:
+        b, o0, c0 = tiles[i]
+        nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
+        ibuf, obuf = sets[i % NSETS]
+        row_s, px_s = wp * nc * es, nc * es
+        em.emit("VPOOL", op="max" if a.kind == "max" else "sum", dtype=dt, out_dtype=dt, c=nc, ow=ow, oh=nr,
+                kh=kh, kw=kw, sy=sy, sx=sx, src=ibuf, src_sx=px_s, src_sy=row_s, dst=obuf, dst_sx=px_s, dst_sy=ow * px_s)
+        if a.kind == "avg":
+            _scale(em, dt, obuf, nr, ow, nc, es, hc[o0:o0 + nr], wc, a.divisor_override)
+        dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, 0)), (nr, ow, nc), (out.strides[2], out.strides[3], out.strides[1]),
+               obuf, (ow * px_s, px_s, es), es)
+
+    fetch(0)
+    for i in range(len(tiles)):
+        if i + 1 < len(tiles):
+            fetch(i + 1)
+        pool(i)
+
+
+def _scale(em, dt: str, obuf: int, nr: int, ow: int, nc: int, es: int, hc: list[int], wc: list[int], override) -> None:
+    """Multiply window sums by 1 / divisor, one VUN per rectangle of equal divisors."""
+    px_s = nc * es
+    for r0, rn, hv in _runs(hc, 0, nr):
+        for q0, qn, wv in _runs(wc, 0, ow):
+            div = override or hv * wv
+            em.emit("VUN", op="muls", dtype=dt, n0=qn * nc, n1=rn, dst=obuf + (r0 * ow + q0) * px_s,
+                    dst_s1=ow * px_s if rn > 1 else 0, src=obuf + (r0 * ow + q0) * px_s, src_s1=ow * px_s if rn > 1 else 0,
+                    imm0=f32(1.0 / div) if div else 0.0)
+
+
+register_kernel(PoolKernel())
