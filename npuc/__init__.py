@@ -5,6 +5,8 @@ The Python API::
     g = npuc.import_model(model, example_inputs)     # torch.export -> graph IR -> graph passes
     outs = npuc.interpret(g, *inputs)                 # reference interpreter, list of tensors
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
+    art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
+    art = npuc.load("model.npub")                     # validated; refuses another target's binary
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from npuc.errors import NpucError
 __version__ = "0.1.0"
 
 _API = {
+    "compile": "npuc.artifact",
+    "load": "npuc.artifact",
     "import_model": "npuc.pipeline",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",

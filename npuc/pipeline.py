@@ -180,3 +180,109 @@ def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | N
 
     g = import_graph(model, example_inputs, name=name)
     return run_graph_passes(g, **runner_opts)
+
+
+# ================================================================================== backend
+#
+#   partition    npuc.lower.partition      each node -> NPU kernels, or the CPU with a reason
+#   fuse         npuc.lower.fusion         elementwise work into its producer's epilogue
+#   memory_plan  npuc.codegen.memory_plan  DRAM arena: constants, IO, activations by liveness
+#   codegen      npuc.codegen.driver       each NPU segment planned and emitted into one program
+#   package      npuc.codegen.package      the .npub container
+#
+# See docs/compiler.md.
+
+BACKEND_STAGES = ("partition", "fuse", "memory_plan", "codegen", "package")
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """After codegen: the memory plan (with the placed, fused model) and one program per NPU segment."""
+
+    plan: Any
+    codes: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Packaged:
+    """After packaging: the container and everything that led to it (for reports)."""
+
+    npub: Any
+    compiled: Compiled
+
+
+def backend_stages(target: Any, precision: Any, model_name: str,
+                   on_stage: Callable[[str], None] | None = None) -> list[Stage]:
+    """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged)."""
+    from npuc.codegen.driver import code_text, compile_segment
+    from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
+    from npuc.codegen.package import build_npub
+    from npuc.lower.fusion import fuse
+    from npuc.lower.partition import partition
+    from npuc.lower.program import NpuSegment, lowered_text, partition_text, verify_lowered
+    from npuc.runtime.npub_validate import validate_npub
+
+    def announce(name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def run(x: Any) -> Any:
+            if on_stage is not None:
+                on_stage(name)
+            return fn(x)
+        return run
+
+    def codegen(plan: Any) -> Compiled:
+        segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
+        return Compiled(plan, tuple(compile_segment(s, target) for s in segs))
+
+    def package(c: Compiled) -> Packaged:
+        return Packaged(build_npub(c.plan, c.codes, model_name), c)
+
+    def check_plan(p: Any) -> None:
+        try:
+            check_no_overlap(p)
+        except CompileError as e:
+            raise VerifyError(str(e)) from None
+
+    return [
+        Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, partition_text),
+        Stage("fuse", announce("fuse", fuse), verify_lowered, lowered_text),
+        Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
+        Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),
+        Stage("package", announce("package", package), lambda p: validate_npub(p.npub), _package_text),
+    ]
+
+
+def _package_text(p: Packaged) -> str:
+    n = p.npub
+    return (
+        f"npub for {n.target_name}: {len(n.code_segments)} programs "
+        f"({sum(len(c) for c in n.code_segments):,} code bytes), {len(n.constants):,} constant bytes, "
+        f"arena {n.memory_plan.dram_arena_size:,} bytes, {len(n.segments)} segments "
+        f"({len(n.cpu_fallback)} on the CPU)\n"
+    )
+
+
+def split_stage_names(names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """--print-after names split into (graph-level, backend) ones; CompileError for unknown names."""
+    graph_names = ["import"] + [p.__name__ for p in GRAPH_PASSES]
+    check_stage_names(names, graph_names + list(BACKEND_STAGES))
+    return tuple(n for n in names if n in graph_names), tuple(n for n in names if n in BACKEND_STAGES)
+
+
+def run_backend(
+    g: Graph,
+    target: Any,
+    precision: Any,
+    *,
+    model_name: str | None = None,
+    verify_each: bool = True,
+    print_after: Sequence[str] = (),
+    print_after_all: bool = False,
+    dump_dir: Path | str | None = None,
+    out: TextIO | None = None,
+    records: list[StageRecord] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> Packaged:
+    """Run the backend stages on an optimized graph; print/dump them as asked."""
+    opts = RunOptions(verify_each, tuple(print_after), print_after_all, dump_dir, out or sys.stdout, records)
+    stages = backend_stages(target, precision, model_name or g.name, on_stage)
+    return run_stages(g, stages, opts, first_index=len(GRAPH_PASSES) + 1)

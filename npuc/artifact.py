@@ -1,0 +1,244 @@
+"""The compiled artifact and the two entry points of the API: ``compile`` and ``load``.
+
+::
+
+    art = npuc.compile(model, example_inputs, target="npu-mid")
+    outs = art.run(x)               # fp32 in, fp32 out; NPU segments on the simulator
+    prof = art.profile(x)           # per-layer cycles, traffic, energy; prof.write_trace("t.json")
+    art.save("model.npub")
+    art2 = npuc.load("model.npub")  # validated; refuses a binary built for another target
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from npuc.errors import BinaryFormatError, NpucError, TargetError
+from npuc.runtime.npub import Npub, load_npub
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What a compilation decided: CPU ops with reasons and costs, segments, memory, code size."""
+
+    cpu_ops: tuple[Any, ...]
+    segments: tuple[tuple[str, str, int], ...]  # (name, "npu"|"cpu", kernels or ops)
+    kernels: int
+    fused_ops: int
+    instructions: int
+    arena_bytes: int
+    constant_bytes: int
+    activation_peak: int
+    activation_naive: int
+    spad_peak: int
+    stage_seconds: tuple[tuple[str, float], ...] = ()
+
+    def explain(self) -> str:
+        """The CPU fallbacks in words: each op, why, and the estimated cost."""
+        if not self.cpu_ops:
+            return "every op runs on the NPU; there is no CPU segment\n"
+        lines = [f"{len(self.cpu_ops)} ops run on the CPU:"]
+        for o in self.cpu_ops:
+            where = f" at {o.loc}" if o.loc else ""
+            lines.append(f"  %{o.value} = {o.op}{where}: {o.reason} (est. {o.seconds * 1e6:.1f} us on the host)")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> str:
+        npu = sum(1 for s in self.segments if s[1] == "npu")
+        cpu = len(self.segments) - npu
+        return (
+            f"{self.kernels} NPU kernels ({self.fused_ops} graph ops fused into them), "
+            f"{npu} NPU and {cpu} CPU segments, {self.instructions:,} instructions; DRAM arena "
+            f"{self.arena_bytes:,} bytes (constants {self.constant_bytes:,}, activations {self.activation_peak:,} "
+            f"of a naive {self.activation_naive:,}); scratchpad peak {self.spad_peak:,} bytes\n"
+        )
+
+
+def _report(packaged, records) -> CompileReport:
+    from npuc.lower.program import NpuSegment
+
+    plan = packaged.compiled.plan
+    m = plan.model
+    segs = []
+    for s in m.segments:
+        if isinstance(s, NpuSegment):
+            segs.append((s.name, "npu", len(s.kernels)))
+        else:
+            segs.append((s.name, "cpu", sum(1 for n in s.graph.nodes if n.op != "const")))
+    kernels = m.kernels()
+    codes = packaged.compiled.codes
+    return CompileReport(
+        cpu_ops=m.cpu_ops,
+        segments=tuple(segs),
+        kernels=len(kernels),
+        fused_ops=sum(len(k.ops) - 1 for k in kernels),
+        instructions=sum(len(c.program) for c in codes),
+        arena_bytes=plan.arena_size,
+        constant_bytes=len(plan.constants),
+        activation_peak=plan.activation_peak,
+        activation_naive=plan.activation_naive,
+        spad_peak=max((c.spad_bytes for c in codes), default=0),
+        stage_seconds=tuple((r.name, r.seconds) for r in records),
+    )
+
+
+class Artifact:
+    """A compiled model for one target: run it, profile it, save it."""
+
+    def __init__(self, npub: Npub, target, report: CompileReport | None = None) -> None:
+        from npuc.runtime.executor import Executor
+
+        self.npub = npub
+        self.target = target
+        self.report = report
+        self._executor = Executor(npub, target)
+
+    @property
+    def model_name(self) -> str:
+        return self.npub.metadata.model_name if self.npub.metadata else ""
+
+    @property
+    def cpu_segments(self) -> int:
+        return len(self.npub.cpu_fallback)
+
+    def to_bytes(self) -> bytes:
+        return self.npub.to_bytes()
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_bytes())
+
+    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked)."""
+        outs, _ = self._executor.run(inputs)
+        return outs
+
+    def profile(self, *inputs: torch.Tensor, functional: bool = False):
+        """Cycles, traffic and energy per layer and in total (see npuc.report.profile).
+
+        Timing does not depend on the data, so by default the NPU segments are simulated without
+        computing values (fast); ``functional=True`` runs them on ``inputs`` as ``run`` does.
+        """
+        from npuc.report.profile import build_profile
+
+        self._executor.check_inputs(inputs)
+        if functional:
+            _, runs = self._executor.run(inputs)
+        else:
+            runs = self._executor.timing()
+        return build_profile(self.npub, self.target, self._executor.programs, runs)
+
+    def __repr__(self) -> str:
+        return (f"Artifact({self.model_name!r} for {self.target.name}: {len(self.npub.code_segments)} NPU and "
+                f"{len(self.npub.cpu_fallback)} CPU segments)")
+
+
+# ------------------------------------------------------------------------------------ targets
+
+
+def resolve_target(target) -> Any:
+    """A Target from a preset name, a TOML path, a Target, or None (the default preset)."""
+    from npuc.targets import DEFAULT_TARGET, Target, load_target
+
+    if target is None:
+        return load_target(DEFAULT_TARGET)
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, (str, Path)):
+        return load_target(target)
+    raise TargetError(f"target must be a preset name, a path to a target file or a Target, got {type(target).__name__}")
+
+
+def target_of(npub: Npub):
+    """The Target a container was compiled for, rebuilt from its metadata (checked by fingerprint)."""
+    from npuc.targets import target_from_dict
+
+    meta = dict(npub.metadata.extra) if npub.metadata else {}
+    doc = meta.get("npuc.target")
+    if doc is None:
+        raise BinaryFormatError(
+            f"the binary does not describe its target '{npub.target_name}'; pass target= to load it"
+        )
+    t = target_from_dict(json.loads(doc), source="the binary's metadata")
+    if t.fingerprint() != npub.target_fingerprint:
+        raise BinaryFormatError("the target description in the binary's metadata does not match its fingerprint")
+    return t
+
+
+# ------------------------------------------------------------------------------------ API
+
+
+def compile(  # noqa: A001 (the API's name)
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    target=None,
+    quantize: str | None = None,
+    calibration=None,
+    *,
+    name: str | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    **runner_opts: Any,
+) -> Artifact:
+    """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
+
+    ``quantize="int8"`` is not available yet.  ``runner_opts`` are the pipeline runner's:
+    ``verify_each``, ``print_after`` (graph-pass or backend stage names), ``print_after_all``,
+    ``dump_dir``, ``out``.
+    """
+    from npuc.frontend import import_graph
+    from npuc.lower.precision import choose_precision
+    from npuc.pipeline import run_backend, run_graph_passes, split_stage_names
+
+    tgt = resolve_target(target)
+    precision = choose_precision(tgt, quantize)
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    print_after = tuple(runner_opts.pop("print_after", ()))
+    graph_names, backend_names = split_stage_names(print_after)
+    records = runner_opts.pop("records", None)
+    records = [] if records is None else records
+    unknown = set(runner_opts) - {"verify_each", "print_after_all", "dump_dir", "out"}
+    if unknown:
+        raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
+    if on_stage is not None:
+        on_stage("import")
+    g = import_graph(model, tuple(example_inputs), name=name)
+    if on_stage is not None:
+        on_stage("graph passes")
+    g = run_graph_passes(g, print_after=graph_names, records=records, **runner_opts)
+    packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
+                           records=records, on_stage=on_stage, **runner_opts)
+    return Artifact(packaged.npub, tgt, _report(packaged, records))
+
+
+def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:
+    """Compile an already imported (and optimized) graph."""
+    from npuc.lower.precision import choose_precision
+    from npuc.pipeline import run_backend
+
+    tgt = resolve_target(target)
+    records: list = []
+    packaged = run_backend(g, tgt, choose_precision(tgt, quantize), records=records, **runner_opts)
+    return Artifact(packaged.npub, tgt, _report(packaged, records))
+
+
+def load(path: str | Path | bytes, target=None) -> Artifact:
+    """Load and validate a .npub; with ``target``, refuse a binary built for another target."""
+    if isinstance(path, (bytes, bytearray)):
+        data, source = bytes(path), None
+    else:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise BinaryFormatError(f"cannot read '{p}': {e.strerror}") from None
+        source = str(p)
+    expected = resolve_target(target) if target is not None else None
+    npub = load_npub(data, expected_target=expected, source=source)
+    tgt = expected if expected is not None else target_of(npub)
+    return Artifact(npub, tgt)

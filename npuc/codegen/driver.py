@@ -1,0 +1,87 @@
+"""The code generation driver: every kernel of an NPU segment planned and emitted into one program.
+
+Kernels are emitted in program order through one :class:`~npuc.codegen.emitter.Emitter`, each
+under its own label (the kernel name), so the emitter orders accesses across kernels (a buffer
+reused by liveness is not overwritten before its last reader is done) and the debug map says which
+kernel every instruction belongs to.  A plan that cannot fit on chip raises a CompileError that
+names the layer and its source location.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.kernel import Plan, get_kernel
+from npuc.errors import CompileError
+from npuc.isa.instr import Program
+from npuc.lower.program import LKernel, NpuSegment
+from npuc.runtime.npub_model import DebugEntry
+
+
+@dataclass(frozen=True, eq=False)
+class SegmentCode:
+    """One NPU segment compiled: its program, each kernel's plan, the debug map, peak SRAM."""
+
+    segment: NpuSegment
+    program: Program
+    plans: tuple[Plan, ...]
+    debug: tuple[DebugEntry, ...]
+    spad_bytes: int
+    acc_bytes: int
+
+
+def plan_kernel(lk: LKernel, target) -> Plan:
+    """The kernel's plan; a CompileError names the layer and where it comes from."""
+    try:
+        return get_kernel(lk.kernel.kind).plan(lk.kernel, target)
+    except CompileError as e:
+        where = f" (from {lk.loc})" if lk.loc else ""
+        raise CompileError(f"layer {lk.name} ({'+'.join(lk.ops)}){where} cannot be compiled: {e}") from None
+
+
+def compile_segment(seg: NpuSegment, target) -> SegmentCode:
+    """Plan and emit every kernel of ``seg`` into one program."""
+    em = Emitter(target)
+    plans = []
+    for lk in seg.kernels:
+        plan = plan_kernel(lk, target)
+        plans.append(plan)
+        try:
+            with em.source(lk.name):
+                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, em)
+        except CompileError as e:
+            where = f" (from {lk.loc})" if lk.loc else ""
+            raise CompileError(f"layer {lk.name}{where}: {e}") from None
+    program, labels = em.finish()
+    locs = {lk.name: lk.loc for lk in seg.kernels}
+    debug = debug_entries(labels, locs)
+    spad = max((p.spad_bytes for p in plans), default=0)
+    acc = max((p.acc_bytes for p in plans), default=0)
+    return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
+
+
+def debug_entries(labels: tuple[str, ...], locs: dict[str, str | None]) -> tuple[DebugEntry, ...]:
+    """One entry per run of instructions with the same label (unlabelled ones join the run before)."""
+    out: list[DebugEntry] = []
+    current = None
+    for i, label in enumerate(labels):
+        if not label or label == current:
+            continue
+        out.append(DebugEntry(i, label, locs.get(label)))
+        current = label
+    if not out and labels:
+        out.append(DebugEntry(0, "program", None))
+    return tuple(out)
+
+
+def code_text(codes: tuple[SegmentCode, ...]) -> str:
+    """One line per kernel, ``Kernel.__str__`` and its plan (for --print-after codegen)."""
+    lines = []
+    for c in codes:
+        lines.append(f"npu segment {c.segment.name}: {len(c.program)} instructions, "
+                     f"scratchpad {c.spad_bytes:,} B, accumulator {c.acc_bytes:,} B")
+        for lk, plan in zip(c.segment.kernels, c.plans):
+            lines.append(f"  {lk.kernel}")
+            lines.append(f"      plan: {plan}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,133 @@
+"""Packaging: the compiled model as a .npub container (docs/binary-format.md).
+
+Besides the required sections, the metadata carries what the runtime's profile needs and the
+binary does not otherwise say, as canonical JSON (sorted keys, no time stamps):
+
+``npuc.target``  the target's full description (a loaded binary rebuilds its Target from it);
+``npuc.layers``  per program, per kernel: name, kind, graph ops, source location, MACs and the
+                 compulsory DRAM bytes (for the per-layer lower bound);
+``npuc.cpu``     per CPU segment: estimated seconds, FLOPs, bytes moved, and each op with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from npuc.codegen.driver import SegmentCode
+from npuc.codegen.memory_plan import MemoryPlanResult
+from npuc.ir.text import print_graph
+from npuc.ir.types import TensorType
+from npuc.lower.precision import storage_dtype
+from npuc.lower.partition import ir_type_of
+from npuc.lower.program import CpuSegment, LoweredModel, NpuSegment
+from npuc.runtime.npub import (
+    BindingRole,
+    CpuBinding,
+    CpuSubgraph,
+    IOSignature,
+    IOTensor,
+    MemoryPlan,
+    Metadata,
+    Npub,
+    Region,
+    RegionKind,
+    Segment,
+    SegmentKind,
+    SramUsage,
+)
+
+
+def canonical_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def target_json(target) -> str:
+    return canonical_json(dataclasses.asdict(target))
+
+
+def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,
+               extra: dict[str, str] | None = None) -> Npub:
+    """The container of a planned, compiled model."""
+    import npuc
+
+    m = plan.model
+    target = m.target
+    homes = {h.value: h for h in m.homes}
+
+    def addr(value: str) -> int:
+        h = homes[value]
+        return plan.offset(h.buffer) + h.offset
+
+    io = IOSignature(
+        tuple(IOTensor(io_name, homes[v].type, addr(v)) for io_name, v in m.inputs),
+        tuple(IOTensor(io_name, homes[v].type, addr(v)) for io_name, v in m.outputs),
+    )
+    segments, cpu = [], []
+    n_npu = 0
+    for s in m.segments:
+        if isinstance(s, NpuSegment):
+            segments.append(Segment(SegmentKind.NPU, s.name, n_npu, s.inputs, s.outputs))
+            n_npu += 1
+        else:
+            segments.append(Segment(SegmentKind.CPU, s.name, len(cpu), s.inputs, s.outputs))
+            cpu.append(_cpu_subgraph(s, homes, plan, addr))
+    # IO outputs that no segment writes (an output that is an input) need no segment.
+    written = {o for s in segments for o in s.outputs} | {v for _, v in m.inputs}
+    segments = _name_duplicate_outputs(segments, m.outputs, written)
+    regions = tuple(Region(name, RegionKind[kind], off, size) for name, kind, off, size in plan.regions)
+    sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
+    meta = {
+        "npuc.target": target_json(target),
+        "npuc.layers": canonical_json([[_layer(lk) for lk in c.segment.kernels] for c in codes]),
+        "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
+        "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
+    }
+    meta.update(extra or {})
+    return Npub(
+        target_name=target.name,
+        target_fingerprint=target.fingerprint(),
+        code_segments=tuple(c.program.encode() for c in codes),
+        constants=plan.constants,
+        memory_plan=MemoryPlan(plan.arena_size, regions, sram),
+        io_signature=io,
+        segments=tuple(segments),
+        cpu_fallback=tuple(cpu),
+        debug_map=tuple(c.debug for c in codes),
+        metadata=Metadata(npuc.__version__, model_name, tuple(sorted(meta.items()))),
+    )
+
+
+def _layer(lk) -> list:
+    k = lk.kernel
+    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes()]
+
+
+def _cpu_meta(s: CpuSegment, m: LoweredModel) -> list:
+    names = {n.outputs[0].name for n in s.graph.nodes}
+    ops = [[o.value, o.op, o.reason, o.seconds] for o in m.cpu_ops if o.value in names]
+    return [s.name, s.seconds, s.flops, s.transfer_bytes, ops]
+
+
+def _cpu_subgraph(s: CpuSegment, homes, plan: MemoryPlanResult, addr) -> CpuSubgraph:
+    bindings = [CpuBinding(v, BindingRole.INPUT, addr(v), homes[v].type) for v in s.inputs]
+    bindings += [CpuBinding(v, BindingRole.OUTPUT, addr(v), homes[v].type) for v in s.outputs]
+    for cname, data in s.graph.constants.items():
+        t = TensorType(tuple(data.shape), storage_dtype(ir_type_of(data)))
+        bindings.append(CpuBinding(cname, BindingRole.CONSTANT, plan.offset(f"#{cname}"), t))
+    return CpuSubgraph(s.name, print_graph(s.graph), tuple(bindings))
+
+
+def _name_duplicate_outputs(segments, outputs, written) -> list[Segment]:
+    """A value returned twice is listed under its second IO name by the segment that writes it."""
+    extra: dict[str, list[str]] = {}
+    for io_name, v in outputs:
+        if io_name != v:
+            extra.setdefault(v, []).append(io_name)
+    if not extra:
+        return segments
+    out = []
+    for s in segments:
+        more = [n for v in s.outputs for n in extra.get(v, [])]
+        out.append(dataclasses.replace(s, outputs=tuple(s.outputs) + tuple(more)) if more else s)
+    return out

@@ -1,0 +1,119 @@
+"""The lowering context: the DRAM tensors of values, constants and temporaries as rules ask.
+
+Rules (``npuc.lower.rules``) turn one graph node into kernels; they ask the context for the
+tensor of each input (created on first use with the value's layout), for the output tensor, for
+constants as the kernel sees them, and for temporary buffers.  Every tensor is named after its
+buffer and addressed from the buffer's start; memory planning places the buffers later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from npuc.codegen.kernel import EpilogueOp, Kernel
+from npuc.codegen.tensor import DramTensor
+from npuc.ir.graph import Graph, Node, Value
+from npuc.lower.layout import order_of
+from npuc.lower.program import ACTIVATION, CONSTANT, Buffer, ConstData
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What a rule made of a node: its kernels, and the outputs that are views (no kernel)."""
+
+    kernels: tuple[Kernel, ...] = ()
+    views: tuple[tuple[Value, DramTensor], ...] = ()
+
+
+class LowerContext:
+    """Tensors of one graph for one target and precision (see the module docstring)."""
+
+    def __init__(self, g: Graph, target, precision, images: set[Value]) -> None:
+        self.g = g
+        self.target = target
+        self.dtype = precision.dtype
+        self.ir_dtype = precision.ir_dtype
+        self.images = images
+        self.const_of: dict[Value, str] = {n.outputs[0]: n.attrs.name for n in g.nodes if n.op == "const"}
+        self.homes: dict[Value, DramTensor] = {}
+        self.buffers: dict[str, Buffer] = {}
+        self._temps = 0
+
+    # ------------------------------------------------------------------ values
+
+    def const(self, v: Value) -> torch.Tensor | None:
+        """The data of ``v`` when a ``const`` node produces it, else None."""
+        name = self.const_of.get(v)
+        return None if name is None else self.g.constants[name]
+
+    def scalar(self, v: Value) -> float | None:
+        """The value of a one-element float constant, else None."""
+        t = self.const(v)
+        if t is None or t.numel() != 1 or not (t.dtype.is_floating_point or t.dtype in (torch.int32, torch.int64)):
+            return None
+        return float(t.reshape(()).item())
+
+    def tensor(self, v: Value) -> DramTensor:
+        """The NPU-side tensor of value ``v`` (its own buffer, a view, or a constant)."""
+        if v in self.const_of:
+            name = self.const_of[v]
+            return self.const_tensor(name, self.g.constants[name])
+        if v not in self.homes:
+            order = order_of(v, self.images)
+            self.homes[v] = self._new_buffer(v.name, v.type.shape, order)
+        return self.homes[v]
+
+    def out(self, v: Value) -> DramTensor:
+        """The tensor a kernel writes ``v`` to (its own buffer, in the value's layout)."""
+        return self.tensor(v)
+
+    def has_home(self, v: Value) -> bool:
+        return v in self.homes
+
+    def set_view(self, v: Value, t: DramTensor) -> None:
+        self.homes[v] = t
+
+    # ------------------------------------------------------------------ buffers
+
+    def const_tensor(self, const: str, data: torch.Tensor, tag: str = "") -> DramTensor:
+        """A constant as a kernel sees it (``data``, e.g. a transposed weight), row-major."""
+        name = f"@{const}{tag}"
+        if name not in self.buffers:
+            nbytes = max(data.numel(), 1) * self.dtype.size
+            self.buffers[name] = Buffer(name, nbytes, CONSTANT, ConstData(const, data, self.ir_dtype, None))
+        return DramTensor.dense(name, tuple(data.shape), self.dtype)
+
+    def relayout_constant(self, t: DramTensor, order: tuple[int, ...]) -> DramTensor:
+        """The constant behind ``t`` stored with its dims in ``order`` (a kernel asked for it)."""
+        base = self.buffers[t.name]
+        if base.const is None or tuple(base.const.data.shape) != t.shape or order == tuple(range(t.rank)):
+            return t
+        name = f"{base.name}/{''.join(str(d) for d in order)}"
+        if name not in self.buffers:
+            c = base.const
+            self.buffers[name] = Buffer(name, base.nbytes, CONSTANT, ConstData(c.const, c.data, c.dtype, tuple(order)))
+        return DramTensor.dense(name, t.shape, t.dtype, 0, tuple(order))
+
+    def is_constant(self, t: DramTensor) -> bool:
+        b = self.buffers.get(t.name)
+        return b is not None and b.kind == CONSTANT
+
+    def temp(self, hint: str, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DramTensor:
+        """A fresh activation buffer for an intermediate result (a layout copy)."""
+        self._temps += 1
+        return self._new_buffer(f"{hint}~{self._temps}", tuple(shape), order)
+
+    def _new_buffer(self, name: str, shape: tuple[int, ...], order: tuple[int, ...] | None) -> DramTensor:
+        t = DramTensor.dense(name, tuple(shape), self.dtype, 0, order)
+        self.buffers[name] = Buffer(name, max(t.nbytes, self.dtype.size), ACTIVATION)
+        return t
+
+    # ------------------------------------------------------------------ kernels
+
+    def kernel(self, node: Node, kind: str, inputs: tuple[DramTensor, ...], output: DramTensor, attrs=None,
+               epilogue: tuple[EpilogueOp, ...] = (), suffix: str = "") -> Kernel:
+        """A kernel of ``node`` named ``<op>_<value><suffix>``."""
+        v = node.outputs[0].name
+        return Kernel(f"{node.op}_{v}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), self.dtype, (v,))

@@ -1,0 +1,204 @@
+"""The lowered program: what partition, fusion and memory planning pass along.
+
+A :class:`LoweredModel` is the graph split into segments in execution order: NPU segments hold
+:class:`LKernel` s (a :class:`~npuc.codegen.kernel.Kernel` plus where it came from), CPU segments
+hold a subgraph run by the reference interpreter.  Every DRAM tensor of a kernel is named after
+its :class:`Buffer` and addressed relative to it until memory planning places the buffers.
+Values that cross segments or are model inputs/outputs have a :class:`Home`: where and how they
+are stored, which is what the runtime and the CPU bindings read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from npuc.codegen.kernel import Kernel
+from npuc.ir.graph import Graph
+from npuc.ir.types import DType as IRType
+from npuc.ir.types import TensorType
+
+CONSTANT, INPUT, OUTPUT, ACTIVATION = "constant", "input", "output", "activation"
+
+
+@dataclass(frozen=True, eq=False)
+class ConstData:
+    """The contents of a constant buffer: a graph constant as a kernel sees it (``data``, logical
+    shape), stored as ``dtype`` with its dims in ``order`` (None: row-major)."""
+
+    const: str
+    data: torch.Tensor = field(repr=False)
+    dtype: IRType
+    order: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A block of the DRAM arena: one constant, a model input/output, or an activation."""
+
+    name: str
+    nbytes: int
+    kind: str
+    const: ConstData | None = None
+
+
+@dataclass(frozen=True)
+class Home:
+    """Where a value that crosses segments (or is a model input/output) is stored.
+
+    ``shape`` is the physical shape (dims in storage order), ``layout`` names that order (None:
+    row-major), ``offset`` is from the start of ``buffer``.
+    """
+
+    value: str
+    buffer: str
+    offset: int
+    shape: tuple[int, ...]
+    dtype: IRType
+    layout: str | None = None
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype, None, self.layout)
+
+    @property
+    def nbytes(self) -> int:
+        return self.type.nbytes
+
+
+@dataclass(frozen=True)
+class LKernel:
+    """A kernel and its provenance: the graph ops it covers, the source location, its MACs."""
+
+    kernel: Kernel
+    ops: tuple[str, ...]
+    loc: str | None
+    macs: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def label(self) -> str:
+        return f"{self.kernel.name} ({'+'.join(self.ops)})"
+
+    def min_bytes(self) -> int:
+        """Compulsory DRAM traffic: every distinct tensor read or written, once."""
+        seen: dict[tuple, int] = {}
+        for t in self.kernel.tensors():
+            key = (t.name, t.addr, t.shape, t.strides)
+            seen[key] = _distinct_bytes(t)
+        return sum(seen.values())
+
+
+def _distinct_bytes(t) -> int:
+    n = t.dtype.size
+    for size, stride in zip(t.shape, t.strides):
+        if stride != 0:
+            n *= size
+    return n
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    """A graph node that runs on the CPU: why, and what the fallback is estimated to cost."""
+
+    value: str
+    op: str
+    loc: str | None
+    reason: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class NpuSegment:
+    name: str
+    kernels: tuple[LKernel, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class CpuSegment:
+    name: str
+    graph: Graph
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    seconds: float
+    flops: int
+    transfer_bytes: int
+
+
+Segment = NpuSegment | CpuSegment
+
+
+@dataclass(frozen=True, eq=False)
+class LoweredModel:
+    """The model after partition (and later fusion): segments in order, buffers, homes."""
+
+    name: str
+    target: Any
+    precision: Any
+    segments: tuple[Segment, ...]
+    buffers: tuple[Buffer, ...]
+    homes: tuple[Home, ...]
+    inputs: tuple[tuple[str, str], ...]  # (IO name, value name)
+    outputs: tuple[tuple[str, str], ...]
+    cpu_ops: tuple[CpuOp, ...]
+    placement: tuple[tuple[str, str, str, str], ...]  # (value, op, "npu"|"cpu", reason)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def home(self, value: str) -> Home:
+        for h in self.homes:
+            if h.value == value:
+                return h
+        raise KeyError(value)
+
+    def kernels(self) -> list[LKernel]:
+        return [k for s in self.segments if isinstance(s, NpuSegment) for k in s.kernels]
+
+
+def lowered_text(m: LoweredModel) -> str:
+    """One line per kernel (``Kernel.__str__``), CPU segments by their ops; for --print-after."""
+    lines = [f"lowered @{m.name} for {m.target.name} ({len(m.segments)} segments)"]
+    for s in m.segments:
+        if isinstance(s, NpuSegment):
+            lines.append(f"npu segment {s.name} ({len(s.kernels)} kernels) in: {', '.join(s.inputs)} out: {', '.join(s.outputs)}")
+            for k in s.kernels:
+                lines.append(f"  {k.kernel}    # {k.name}: {'+'.join(k.ops)}" + (f" at {k.loc}" if k.loc else ""))
+        else:
+            ops = [n.op for n in s.graph.nodes if n.op != "const"]
+            lines.append(f"cpu segment {s.name} ({len(ops)} ops: {', '.join(ops)}) in: {', '.join(s.inputs)} out: {', '.join(s.outputs)}")
+    return "\n".join(lines) + "\n"
+
+
+def partition_text(m: LoweredModel) -> str:
+    """Where each graph node runs and, for the CPU, why."""
+    lines = [f"partition @{m.name} for {m.target.name}"]
+    for value, op, side, reason in m.placement:
+        lines.append(f"  %{value} = {op}: {side}" + (f"  ({reason})" if reason else ""))
+    return "\n".join(lines) + "\n" + lowered_text(m)
+
+
+def verify_lowered(m: LoweredModel) -> LoweredModel:
+    """VerifyError unless every kernel tensor lies inside a known buffer and every home is known."""
+    from npuc.errors import VerifyError
+
+    sizes = {b.name: b.nbytes for b in m.buffers}
+    for k in m.kernels():
+        for t in k.kernel.tensors():
+            if t.name not in sizes:
+                raise VerifyError(f"kernel {k.name}: tensor {t} names no buffer")
+            if t.numel and (t.addr < 0 or t.addr + t.span > sizes[t.name]):
+                raise VerifyError(f"kernel {k.name}: tensor {t} reaches outside its {sizes[t.name]}-byte buffer")
+    for h in m.homes:
+        if h.buffer not in sizes or h.offset + h.nbytes > sizes[h.buffer]:
+            raise VerifyError(f"value %{h.value} is stored outside its buffer {h.buffer}")
+    return m

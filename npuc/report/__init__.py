@@ -1,0 +1,1 @@
+"""Reports: per-layer profiles of a compiled model, tables and Perfetto traces."""

@@ -1,0 +1,265 @@
+"""The profile of a compiled model: per layer cycles, MACs, traffic, energy, and totals.
+
+Per-layer attribution rule (so that the layers sum to the total): within an NPU segment the
+instructions are ordered by completion time, and the cycles from the previous completion (or the
+segment start) up to an instruction's completion are charged to that instruction's layer (its
+debug-map label).  Idle stretches therefore go to the instruction that ends them: a layer waiting
+for its weights is charged for the wait.  Energy: each instruction's actions (MACs, SRAM and DRAM
+bytes, vector work, issue) times the target's energy table, plus static power over the layer's
+cycles.  A CPU segment is one row whose time is the CPU model's estimate (npuc.lower.cpu_cost) at
+the target's clock and whose energy is the host's power over that time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from npuc.isa.actions import Actions, energy_breakdown
+from npuc.lower.cpu_cost import HOST_POWER_W
+from npuc.runtime.executor import SegmentRun
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One kernel (or one CPU segment) of the run."""
+
+    name: str
+    op: str          # graph ops it covers, "+"-joined (or "cpu: ..." for a CPU segment)
+    kind: str        # kernel kind, or "cpu"
+    segment: str
+    source: str      # source location of the first graph op ("" when unknown)
+    cycles: int
+    macs: int
+    dram_bytes: int
+    sram_bytes: int
+    energy_pj: float
+    instructions: int
+    min_dram_bytes: int  # compulsory traffic: every tensor read or written once
+    peak_macs_per_cycle: int = 1
+    dram_bytes_per_cycle: int = 1
+
+    @property
+    def utilization(self) -> float:
+        """MACs done over what the array could do in the layer's cycles."""
+        return self.macs / (self.cycles * self.peak_macs_per_cycle) if self.cycles else 0.0
+
+    @property
+    def lower_bound_cycles(self) -> int:
+        """max(MACs / PEs, compulsory DRAM bytes / bandwidth): no schedule can beat it."""
+        return max(-(-self.macs // self.peak_macs_per_cycle), -(-self.min_dram_bytes // self.dram_bytes_per_cycle))
+
+    @property
+    def bound(self) -> str:
+        """What limits the layer at its lower bound: "compute" or "memory" ("host" on the CPU)."""
+        if self.kind == "cpu":
+            return "host"
+        return "compute" if self.macs / self.peak_macs_per_cycle >= self.min_dram_bytes / self.dram_bytes_per_cycle else "memory"
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A whole inference: the layers, the totals and the simulations behind them."""
+
+    model: str
+    target: object
+    layers: tuple[LayerProfile, ...]
+    runs: tuple[SegmentRun, ...] = field(repr=False)
+    labels: tuple[tuple[str, ...], ...] = field(repr=False)  # per NPU program, per instruction
+
+    @property
+    def clock_hz(self) -> float:
+        return self.target.clock_hz
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(layer.cycles for layer in self.layers)
+
+    @property
+    def npu_cycles(self) -> int:
+        return sum(layer.cycles for layer in self.layers if layer.kind != "cpu")
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(r.cpu_seconds for r in self.runs if r.kind == "cpu")
+
+    @property
+    def energy_pj(self) -> float:
+        return sum(layer.energy_pj for layer in self.layers)
+
+    @property
+    def dram_bytes(self) -> int:
+        return sum(layer.dram_bytes for layer in self.layers)
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def latency_s(self) -> float:
+        return self.total_cycles / self.clock_hz
+
+    @property
+    def inferences_per_s(self) -> float:
+        return 1.0 / self.latency_s if self.latency_s else 0.0
+
+    @property
+    def energy_per_inference_j(self) -> float:
+        return self.energy_pj * 1e-12
+
+    @property
+    def average_power_w(self) -> float:
+        return self.energy_per_inference_j / self.latency_s if self.latency_s else 0.0
+
+    @property
+    def utilization(self) -> float:
+        cap = self.npu_cycles * self.target.peak_macs_per_cycle
+        return self.macs / cap if cap else 0.0
+
+    def totals(self) -> dict[str, float]:
+        """The headline figures, by name."""
+        return {
+            "cycles": self.total_cycles,
+            "npu_cycles": self.npu_cycles,
+            "cpu_seconds": self.cpu_seconds,
+            "latency_ms": self.latency_s * 1e3,
+            "inferences_per_s": self.inferences_per_s,
+            "energy_mj": self.energy_per_inference_j * 1e3,
+            "average_power_mw": self.average_power_w * 1e3,
+            "dram_bytes": self.dram_bytes,
+            "macs": self.macs,
+            "array_utilization": self.utilization,
+        }
+
+    def write_trace(self, path: str | Path) -> None:
+        """A Chrome/Perfetto JSON trace: every NPU instruction by queue/unit, CPU segments on a host track."""
+        from npuc.report.trace import profile_trace
+
+        Path(path).write_text(json.dumps(profile_trace(self), separators=(",", ":")), encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ building
+
+
+def _instruction_actions(program, target) -> list[Actions]:
+    cache: dict = {}
+    out = []
+    for ins in program:
+        a = cache.get(ins)
+        if a is None:
+            d = ins.defn
+            a = cache[ins] = d.actions(ins.args, target, d.regions(ins.args))
+        out.append(a)
+    return out
+
+
+def attribute_cycles(starts, ends, labels) -> dict[str, int]:
+    """Cycles per label by the completion rule of the module docstring (they sum to the total)."""
+    out: dict[str, int] = {}
+    frontier = 0
+    for i in sorted(range(len(ends)), key=lambda i: (ends[i], i)):
+        if ends[i] > frontier:
+            out[labels[i]] = out.get(labels[i], 0) + ends[i] - frontier
+            frontier = ends[i]
+    return out
+
+
+def program_labels(debug, n: int) -> tuple[str, ...]:
+    """The label of each of ``n`` instructions from a debug map's entries."""
+    labels = [""] * n
+    entries = list(debug)
+    for j, e in enumerate(entries):
+        end = entries[j + 1].instr_index if j + 1 < len(entries) else n
+        for i in range(e.instr_index, min(end, n)):
+            labels[i] = e.op
+    if entries and entries[0].instr_index > 0:
+        for i in range(entries[0].instr_index):
+            labels[i] = entries[0].op
+    return tuple(labels)
+
+
+def build_profile(npub, target, programs, runs: list[SegmentRun]) -> Profile:
+    """The profile of one run (timing or functional) of ``npub``."""
+    meta = dict(npub.metadata.extra) if npub.metadata else {}
+    layer_meta = json.loads(meta.get("npuc.layers", "[]"))
+    cpu_meta = json.loads(meta.get("npuc.cpu", "[]"))
+    layers: list[LayerProfile] = []
+    all_labels = []
+    for r in runs:
+        if r.kind == "cpu":
+            cycles = round(r.cpu_seconds * target.clock_hz)
+            ops = cpu_meta[r.index][4] if r.index < len(cpu_meta) else []
+            names = "+".join(o[1] for o in ops)
+            layers.append(LayerProfile(r.name, f"cpu: {names}", "cpu", r.name, "", cycles, 0, 0, 0,
+                                       r.cpu_seconds * HOST_POWER_W * 1e12, 0, 0,
+                                       target.peak_macs_per_cycle, target.dma.bytes_per_cycle))
+            continue
+        layers.extend(_npu_layers(r, npub, target, programs[r.index], layer_meta, all_labels))
+    return Profile(npub.metadata.model_name if npub.metadata else "", target, tuple(layers), tuple(runs), tuple(all_labels))
+
+
+def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) -> list[LayerProfile]:
+    sim = r.sim
+    _, _, _, starts, ends = sim.schedule
+    labels = program_labels(npub.debug_map[r.index] if npub.debug_map else (), len(program))
+    all_labels.append(labels)
+    cycles = attribute_cycles(starts, ends, labels)
+    acts: dict[str, Actions] = {}
+    count: dict[str, int] = {}
+    for lab, a in zip(labels, _instruction_actions(program, target)):
+        acts[lab] = acts[lab] + a if lab in acts else a
+        count[lab] = count.get(lab, 0) + 1
+    info = {row[0]: row for row in (layer_meta[r.index] if r.index < len(layer_meta) else [])}
+    order = list(dict.fromkeys(labels))
+    out = []
+    static_pj_per_cycle = target.static_energy_pj(1)
+    for lab in order:
+        a = acts.get(lab, Actions())
+        row = info.get(lab, [lab, "", [], "", a.macs, 0])
+        energy = sum(energy_breakdown(a, target.energy).values()) + static_pj_per_cycle * cycles.get(lab, 0)
+        out.append(LayerProfile(
+            name=lab or "(program)", op="+".join(row[2]), kind=row[1], segment=r.name, source=row[3],
+            cycles=cycles.get(lab, 0), macs=a.macs, dram_bytes=a.dram_read + a.dram_write,
+            sram_bytes=a.spad_read + a.spad_write + a.acc_read + a.acc_write, energy_pj=energy,
+            instructions=count.get(lab, 0), min_dram_bytes=int(row[5]),
+            peak_macs_per_cycle=target.peak_macs_per_cycle, dram_bytes_per_cycle=target.dma.bytes_per_cycle,
+        ))
+    return out
+
+
+# ------------------------------------------------------------------------------------ text
+
+
+def profile_rows(p: Profile) -> list[list[str]]:
+    """Table rows: layer, op, cycles, share, utilization, DRAM, SRAM, energy, bound."""
+    total = p.total_cycles or 1
+    rows = []
+    for layer in p.layers:
+        rows.append([
+            layer.name, layer.op, f"{layer.cycles:,}", f"{100 * layer.cycles / total:.1f}%",
+            f"{100 * layer.utilization:.0f}%" if layer.macs else "", f"{layer.dram_bytes:,}",
+            f"{layer.sram_bytes:,}", f"{layer.energy_pj / 1e6:.3f}", layer.bound,
+        ])
+    return rows
+
+
+PROFILE_COLUMNS = ("layer", "op", "cycles", "share", "array util", "DRAM B", "SRAM B", "energy uJ", "bound")
+
+
+def totals_text(p: Profile) -> str:
+    t = p.totals()
+    return (
+        f"total: {p.total_cycles:,} cycles ({p.npu_cycles:,} on the NPU, {p.cpu_seconds * 1e3:.3f} ms on the CPU) "
+        f"= {t['latency_ms']:.3f} ms at {p.target.clock.mhz:g} MHz, {t['inferences_per_s']:.1f} inferences/s; "
+        f"energy {t['energy_mj']:.3f} mJ per inference, average power {t['average_power_mw']:.1f} mW; "
+        f"DRAM {p.dram_bytes:,} bytes; {p.macs:,} MACs, array utilization {100 * p.utilization:.1f}%"
+    )
+
+
+def profile_text(p: Profile) -> str:
+    """The profile as plain text (one line per layer, then the totals)."""
+    rows = [list(PROFILE_COLUMNS)] + profile_rows(p)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PROFILE_COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines + [totals_text(p)]) + "\n"
