@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, pipeline
 from npuc.codegen.tensor import DramTensor
 from npuc.errors import CompileError
 
@@ -167,22 +167,34 @@ class CopyKernel:
         dorder = list(range(dst.rank))
         sorder = _src_order(src)
         bcast = {d for d in range(src.rank) if src.strides[d] == 0}
-        for i, start in enumerate(itertools.product(*starts)):
+        boxes = list(itertools.product(*starts))
+
+        def geometry(i: int):
+            start = boxes[i]
             ext = tuple(min(e, n - s) for s, e, n in zip(start, p.extents, p.shape))
+            return start, ext, _dense(ext, dorder, es), p.reorder and _needs_reorder(src, ext)
+
+        def fetch(i: int) -> None:
+            start, ext, out_str, reorder = geometry(i)
             in_buf, out_buf = sets[i % NSETS]
-            out_str = _dense(ext, dorder, es)
-            s_addr = src.offset(start)
-            d_addr = dst.offset(start)
-            if not p.reorder or not _needs_reorder(src, ext):
-                dma_nd(em, "DMA_LOAD", s_addr, ext, src.strides, out_buf, out_str, es)
-            else:
+            if not reorder:
+                dma_nd(em, "DMA_LOAD", src.offset(start), ext, src.strides, out_buf, out_str, es)
+                return
+            in_str = _dense(ext, sorder, es, bcast)
+            keep = [d for d in range(src.rank) if d not in bcast]
+            dma_nd(em, "DMA_LOAD", src.offset(start), [ext[d] for d in keep], [src.strides[d] for d in keep],
+                   in_buf, [in_str[d] for d in keep], es)
+
+        def compute(i: int) -> None:
+            start, ext, out_str, reorder = geometry(i)
+            in_buf, out_buf = sets[i % NSETS]
+            if reorder:
                 in_str = _dense(ext, sorder, es, bcast)
-                keep = [d for d in range(src.rank) if d not in bcast]
-                dma_nd(em, "DMA_LOAD", s_addr, [ext[d] for d in keep], [src.strides[d] for d in keep],
-                       in_buf, [in_str[d] for d in keep], es)
                 vector_nd(em, "VUN", ext, {"dst": (out_buf, out_str), "src": (in_buf, in_str)},
                           op="copy", dtype=_raw_dtype(es))
-            dma_nd(em, "DMA_STORE", d_addr, ext, dst.strides, out_buf, out_str, es)
+            dma_nd(em, "DMA_STORE", dst.offset(start), ext, dst.strides, out_buf, out_str, es)
+
+        pipeline(len(boxes), fetch, compute, NSETS)
 
 
 def _raw_dtype(es: int) -> str:

@@ -116,3 +116,21 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
     if hi > lo:
         dma_nd(em, "DMA_LOAD", x.offset((b, c0, lo, 0)), (hi - lo, w, nc), (x.strides[2], x.strides[3], x.strides[1]),
                buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)
+
+
+def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int) -> None:
+    """Emit ``n`` tiles that rotate through ``sets`` buffer sets, software-pipelined.
+
+    ``fetch(i)`` emits tile i's loads (and any fills of its input buffer), ``compute(i)`` its
+    vector work and stores.  Tile i+sets-1 is fetched right after tile i is computed: its buffer
+    set was last read by the store of tile i-1, so the emitter's ordering of that store before
+    the new load sits in the compute queue after tile i's work, not in front of it (fetching
+    just before each compute would make every load wait for the previous tile's compute).
+    """
+    depth = max(1, sets - 1)
+    for j in range(min(depth, n)):
+        fetch(j)
+    for i in range(n):
+        compute(i)
+        if i + depth < n:
+            fetch(i + depth)

@@ -10,8 +10,7 @@ the accumulator directly.  With horizontal stride 1 the weights are first repeat
 output row (when that fits), so each tap is a single instruction over ``rows x (width x
 channels)``; otherwise each tap is a few instructions (``vector_nd``).  The epilogue (bias,
 activation, residual ...) runs on the accumulator tile, which is then stored.  Tiles rotate
-through three buffer sets, and the next tile's loads are emitted before this tile's compute, so
-DMA overlaps the vector work.
+through three buffer sets, software-pipelined (``pipeline``), so DMA overlaps the vector work.
 
 Numerics (fp16): products and sums are computed in fp32 by the vector unit and rounded to fp16
 after each multiply and each add (2 kh kw - 1 roundings per output; relative error ~1e-3 for
@@ -40,7 +39,7 @@ from npuc.codegen.epilogue import (
     vector_nd,
 )
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap
+from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap, pipeline
 from npuc.errors import CompileError
 
 NSETS = 3
@@ -177,11 +176,7 @@ class _Emission:
         w = self.k.inputs[1]
         dma_nd(self.em, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
                self.wbuf, (self.kw * self.c * self.es, self.c * self.es, self.es), self.es)
-        self.fetch(0)
-        for i in range(len(self.tiles)):
-            if i + 1 < len(self.tiles):
-                self.fetch(i + 1)
-            self.compute(i)
+        pipeline(len(self.tiles), self.fetch, self.compute, NSETS)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
         b, o0, c0 = self.tiles[i]

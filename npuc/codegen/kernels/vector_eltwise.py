@@ -4,8 +4,8 @@ Every tensor (x, the epilogue operands, the output) has the output's logical sha
 strides where it broadcasts.  They are seen together in the output's physical order with
 dimensions merged where all allow it (:func:`canonical`), so a dense tensor is one long row and a
 channels-last tensor with a per-channel bias is ``[pixels, channels]``.  The iteration space is
-cut into ``rows x cols`` tiles as large as half the scratchpad allows (two buffer sets: the load
-of tile i+1 and the store of tile i-1 overlap the vector work on tile i).  x is loaded straight
+cut into ``rows x cols`` tiles that rotate through three buffer sets (software-pipelined: the
+loads of the next tiles and the store of the previous one overlap the vector work on this one).  x is loaded straight
 into the tile (or, when it broadcasts, once and expanded by a vector copy with zero strides);
 each operand is loaded with the fewest bytes (see :mod:`npuc.codegen.epilogue`).
 
@@ -36,7 +36,7 @@ from npuc.codegen.epilogue import (
     MAX_COUNT,
 )
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, tile_grid
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, tile_grid
 from npuc.errors import CompileError
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
@@ -106,7 +106,7 @@ class EltwiseKernel:
         lane = k.output.numel * max(1, epilogue_lane_ops(k.epilogue))
         ntiles = -(-rows // tr) * -(-cols // tc)
         est = estimate_cycles(target, dram, lane, ntiles * max(1, len(k.epilogue)))
-        summary = f"eltwise {rows}x{cols} in {tr}x{tc} tiles, double-buffered, {len(k.epilogue)} steps"
+        summary = f"eltwise {rows}x{cols} in {tr}x{tc} tiles, {NSETS} buffer sets, {len(k.epilogue)} steps"
         return Plan(summary, spad, 0, est, EltwisePlan(rows, cols, tr, tc))
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
@@ -123,22 +123,34 @@ class EltwiseKernel:
         row_dims = tuple(range(k.output.rank - 1))
         col = k.output.rank - 1
         x = k.inputs[0]
-        for i, (r0, nr, c0, nc) in enumerate(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols)):
+        grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
+        pending: dict[int, tuple] = {}
+
+        def block(t, i):
+            r0, nr, c0, nc = grid[i]
+            return rows_block(t, row_dims, col, r0, nr, c0, nc)
+
+        def fetch(i: int) -> None:
+            _, nr, _, nc = grid[i]
             taddr, xbuf, bufs = sets[i % NSETS]
             tile = Tile(taddr, nr, nc, k.dtype)
-
-            def block(t, r0=r0, nr=nr, c0=c0, nc=nc):
-                return rows_block(t, row_dims, col, r0, nr, c0, nc)
-
-            xp = block(x)
+            xp = block(x, i)
+            src = None
             if xbuf is None or _broadcast_kind(xp) == "full":
                 load_pieces(em, xp, tile)
             else:
                 src = load_operand(em, xp, nr, nc, k.dtype, xbuf[0], xbuf[1])
+            blocks = epilogue_blocks(k.epilogue, lambda t: block(t, i))
+            pending[i] = (tile, src, load_epilogue_operands(em, k.epilogue, bufs, blocks, nr, nc))
+
+        def compute(i: int) -> None:
+            tile, src, loaded = pending.pop(i)
+            if src is not None:
                 _vun(em, tile, "copy", src=src)
-            loaded = load_epilogue_operands(em, k.epilogue, bufs, epilogue_blocks(k.epilogue, block), nr, nc)
             apply_epilogue(em, k.epilogue, tile, loaded)
-            store_pieces(em, tile, block(k.output))
+            store_pieces(em, tile, block(k.output, i))
+
+        pipeline(len(grid), fetch, compute, NSETS)
 
 
 register_kernel(EltwiseKernel())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, MAX_COUNT, dma_nd, f32
 from npuc.codegen.kernel import Kernel, Plan, PoolAttrs, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap
+from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap, pipeline
 from npuc.errors import CompileError
 
 NSETS = 3
@@ -227,8 +227,7 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
     tiles = [(b, o0, c0) for b in range(n) for o0 in range(0, oh, p.rows) for c0 in range(0, c, p.chans)]
 
     def fetch(i: int) -> None:
-        """Borders and input rows of tile i (emitted one tile ahead of its pooling, so the
-        border fills do not hold the next load behind the current VPOOL)."""
+        """Borders and input rows of tile i."""
         b, o0, c0 = tiles[i]
         nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
         fetch_padded(em, x, b, c0, nc, o0 * sy - pt, (nr - 1) * sy + kh, wp, pl, sets[i % NSETS][0], fill)
@@ -245,11 +244,7 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
         dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, 0)), (nr, ow, nc), (out.strides[2], out.strides[3], out.strides[1]),
                obuf, (ow * px_s, px_s, es), es)
 
-    fetch(0)
-    for i in range(len(tiles)):
-        if i + 1 < len(tiles):
-            fetch(i + 1)
-        pool(i)
+    pipeline(len(tiles), fetch, pool, NSETS)
 
 
 def _scale(em, dt: str, obuf: int, nr: int, ow: int, nc: int, es: int, hc: list[int], wc: list[int], override) -> None:
