@@ -1,0 +1,140 @@
+"""``reduce``: sum, mean, max or min over any dimensions (keepdim or not), on the vector unit.
+
+The input is a :class:`RowSpace` (the reduced dimensions against the kept ones).  A tile is
+``nk`` output rows x ``nl`` reduced elements; when a whole reduced row fits, one VREDUCE per
+tile does it, otherwise the row is cut into chunks that VREDUCE accumulates (``acc``) into the
+row results, so a reduction of any size runs (a sum over a whole tensor is one row).  Sums over
+H and W of a channels-last tensor run down the columns (channels contiguous).  The results are
+scaled by 1/count for a mean, converted to fp16 and stored.  Input tiles rotate through three
+buffer sets, pipelined.
+
+Numerics: every reduction accumulates in fp32 (VREDUCE fp16 -> fp32), the mean's scaling is
+fp32, and only the final result is rounded to fp16; max and min are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from npuc.codegen.epilogue import ALIGN, f32
+from npuc.codegen.kernel import Kernel, Plan, ReduceAttrs, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
+from npuc.codegen.kernels.vector_rows import MAX_N, Operand, move_tile, reduce_rows, row_space, tile_strides, unary_rows
+from npuc.errors import CompileError
+
+NSETS = 3
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    """``rows`` output rows x ``chunk`` reduced elements per tile."""
+
+    rows: int
+    chunk: int
+
+
+def _out_over_x(k: Kernel) -> tuple[int, ...]:
+    """The output's strides over the input's logical dimensions (0 on reduced ones)."""
+    x, out = k.inputs[0], k.output
+    dims = set(k.attrs.dims)
+    if k.attrs.keepdim:
+        return tuple(0 if d in dims else out.strides[d] for d in range(x.rank))
+    it = iter(out.strides)
+    return tuple(0 if d in dims else next(it) for d in range(x.rank))
+
+
+def _space(k: Kernel):
+    return row_space(k.inputs[0], list(k.attrs.dims), [_out_over_x(k)])
+
+
+def _r(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class ReduceKernel:
+    """The ``reduce`` kind (docs/kernels.md)."""
+
+    kind = "reduce"
+
+    def supports(self, kernel: Kernel, target) -> str | None:
+        a = kernel.attrs
+        if not isinstance(a, ReduceAttrs) or len(kernel.inputs) != 1:
+            return "reduce takes one input and ReduceAttrs"
+        if a.op not in ("sum", "mean", "max", "min"):
+            return f"reduction '{a.op}' is not sum, mean, max or min"
+        x = kernel.inputs[0]
+        if any(not 0 <= d < x.rank for d in a.dims) or len(set(a.dims)) != len(a.dims):
+            return f"reduce dims {list(a.dims)} do not fit a {x.rank}-D input"
+        dims = set(a.dims) if a.dims else set(range(x.rank))
+        want = tuple(1 if d in dims else n for d, n in enumerate(x.shape)) if a.keepdim else tuple(
+            n for d, n in enumerate(x.shape) if d not in dims)
+        if kernel.output.shape != want:
+            return f"reduce output shape {list(kernel.output.shape)} should be {list(want)}"
+        if kernel.epilogue:
+            return "reduce takes no epilogue"
+        return dtype_problem(kernel.dtype, target)
+
+    def plan(self, kernel: Kernel, target) -> Plan:
+        sp = _space(kernel)
+        es = kernel.dtype.size
+        L, K = sp.length, sp.rows
+        budget = target.scratchpad.size_bytes // NSETS - 2 * _r(min(K, MAX_N) * 4)
+        chunk = min(L, MAX_N, max(1, budget // es))
+        limit = min(K, MAX_N, 32767 if sp.column_mode else MAX_N)
+        rows = largest_fitting(lambda r: _r(r * chunk * es), budget, limit)
+        if rows == 0:
+            raise CompileError(f"kernel '{kernel.name}': no reduce tile fits {budget} bytes of scratchpad")
+        inner = sp.kept_shape[-1]
+        if sp.column_mode and rows > inner:
+            rows = rows // inner * inner  # whole contiguous runs of the kept dimension
+        elif chunk == L:
+            rows = overlap_cap(K, rows, max(1, 4096 // (L * es)))
+        kt = -(-K // rows)
+        if kt < PIPELINE_TILES:  # few row blocks: cut the rows so loads overlap the reductions
+            chunk = min(chunk, max(256, -(-L // -(-PIPELINE_TILES // kt))))
+        n = -(-K // rows) * -(-L // chunk)
+        est = estimate_cycles(target, kernel.inputs[0].nbytes + kernel.output.nbytes, kernel.inputs[0].numel, 2 * n)
+        mode = "down columns" if sp.column_mode else "along rows"
+        return Plan(f"{kernel.attrs.op} of {K} rows x {L}, tiles {rows} x {chunk}, {mode}, fp32 accumulation",
+                    NSETS * _r(rows * chunk * es) + 2 * _r(rows * 4), 0, est, ReducePlan(rows, chunk))
+
+    def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        sp = _space(kernel)
+        es = kernel.dtype.size
+        dt = kernel.dtype.name
+        L, K = sp.length, sp.rows
+        p: ReducePlan = plan.details
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        bufs = [arena.alloc(p.rows * p.chunk * es, f"tile {i}") for i in range(NSETS)]
+        accs = [arena.alloc(p.rows * 4, f"results {i}") for i in range(2)]
+        op = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}[kernel.attrs.op]
+        x, out = kernel.inputs[0], kernel.output
+        steps = [(kb, k0, l0) for kb, k0 in enumerate(range(0, K, p.rows)) for l0 in range(0, L, p.chunk)]
+
+        def view(i: int):
+            kb, k0, l0 = steps[i]
+            nk, nl = min(p.rows, K - k0), min(p.chunk, L - l0)
+            ks, ls = tile_strides(sp, nk, nl, es)
+            return kb, k0, l0, nk, nl, bufs[i % NSETS], ks, ls
+
+        def fetch(i: int) -> None:
+            _, k0, l0, nk, nl, buf, ks, ls = view(i)
+            move_tile(em, "DMA_LOAD", sp, 0, x.addr, k0, nk, l0, nl, buf, ks, ls, es)
+
+        def compute(i: int) -> None:
+            kb, k0, l0, nk, nl, buf, ks, ls = view(i)
+            acc = accs[kb % 2]
+            reduce_rows(em, op, dt, "fp32", Operand(buf, ks, ls), nk, nl, acc, 4, acc=l0 > 0)
+            if l0 + nl < L:
+                return
+            if kernel.attrs.op == "mean":
+                unary_rows(em, "VUN", Operand(acc, 4, 0), Operand(acc, 4, 0), nk, 1, op="muls", dtype="fp32",
+                           imm0=f32(1.0 / L))
+            unary_rows(em, "VCVT", Operand(acc, es, 0), Operand(acc, 4, 0), nk, 1, src_dtype="fp32", dst_dtype=dt)
+            move_tile(em, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, 1, acc, es, es, es)
+
+        pipeline(len(steps), fetch, compute, NSETS)
+
+
+register_kernel(ReduceKernel())
