@@ -178,24 +178,19 @@ def zoo_cmd():
 
 
 @main.command("targets")
-@click.argument("target", required=False)
+@click.argument("targets", nargs=-1)
 @user_errors
-def targets_cmd(target):
-    """List the NPU presets, or show every parameter of TARGET (a preset name or a .toml path)."""
-    from npuc.targets import DEFAULT_TARGET, list_presets, load_target
+def targets_cmd(targets):
+    """Show NPU targets side by side: the presets, or the given preset names / .toml files."""
+    from npuc.targets import DEFAULT_TARGET, targets_table
 
-    if target is not None:
-        tgt = load_target(target)
-        console.print(tgt.describe(), markup=False)
-        return
-    t = Table(title="NPU presets")
-    for col in ("name", "array", "peak MAC/cycle", "clock", "peak TOPS (int8)", "fp16",
-                "scratchpad", "accumulator", "DRAM bandwidth"):
-        t.add_column(col)
-    for name in list_presets():
-        tgt = load_target(name)
-        label = f"{name} (default)" if name == DEFAULT_TARGET else name
-        t.add_row(label, *tgt.summary_row())
+    names, rows = targets_table(list(targets) or None)
+    t = Table(title="NPU targets")
+    t.add_column("")
+    for name in names:
+        t.add_column(f"{name} (default)" if name == DEFAULT_TARGET else name, justify="right")
+    for label, values in rows:
+        t.add_row(label, *values)
     console.print(t)
     console.print("A target file of your own is accepted wherever a preset name is: --target path/to/npu.toml")
 
