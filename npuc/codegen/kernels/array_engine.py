@@ -1,0 +1,176 @@
+"""Code generation for the systolic array: one engine for convolutions and matrix products.
+
+The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
+:class:`~npuc.schedule.problem.ArrayTiling` by walking the same loop nest as the cost model
+(:func:`npuc.schedule.problem.steps`).  Per step:
+
+1. the input tile, unless a buffer already holds it: VFILL of the zero border (only when the
+   buffer's last tile had a different border), then the DMA of the valid part;
+2. the weight block, unless a buffer already holds it;
+3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
+   and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
+   tile (m0 = tw pixels at the horizontal step, m1 = th rows at the row step), accumulating in
+   ACC over chunks and reduction blocks;
+4. after the last reduction block: the epilogue operands (kept while they do not change, so a
+   bias is loaded once per channel block), ACC -> scratchpad conversion, the fused epilogue
+   (``npuc.codegen.epilogue``), one DMA_STORE of the tile.
+
+Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
+tile overlaps the compute of this one and the store of this tile overlaps the next compute.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, load_operand, Piece
+from npuc.codegen.kernel import SramArena
+from npuc.codegen.tensor import DramTensor
+from npuc.isa.enums import DType
+from npuc.schedule.problem import (
+    ArrayProblem,
+    ArrayTiling,
+    Step,
+    chunks,
+    footprint,
+    input_geometry,
+    steps,
+    weight_rows,
+)
+from npuc.schedule.transfers import input_loads, output_store, weight_loads
+
+
+class _Buffers:
+    """A pool of equal scratchpad buffers reused least-recently-used first."""
+
+    def __init__(self, arena: SramArena, slots: int, nbytes: int, what: str) -> None:
+        self.addrs = [arena.alloc(nbytes, f"{what} {i}") for i in range(slots)]
+        self.keys: OrderedDict[Any, int] = OrderedDict()
+        self.data: dict[int, Any] = {}
+
+    def get(self, key: Any) -> tuple[int, bool]:
+        """(buffer index, whether it already holds ``key``)."""
+        if key in self.keys:
+            self.keys.move_to_end(key)
+            return self.keys[key], True
+        if len(self.keys) < len(self.addrs):
+            slot = len(self.keys)
+        else:
+            _, slot = self.keys.popitem(last=False)
+        self.keys[key] = slot
+        return slot, False
+
+
+def _shifted(fields: dict[str, Any], base: int, keys: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(fields)
+    for k in keys:
+        out[k] = out[k] + base
+    return out
+
+
+class ArrayEngine:
+    """Emits one array problem with one tiling (see the module docstring)."""
+
+    def __init__(self, p: ArrayProblem, t: ArrayTiling, em: Emitter, operand_names: tuple[str, ...] = ()) -> None:
+        self.p, self.t, self.em = p, t, em
+        target = em.target
+        self.rows, self.cols = target.array.rows, target.array.cols
+        fp = footprint(p, t)
+        spad = SramArena("scratchpad", target.scratchpad.size_bytes, owner=p.name)
+        acc = SramArena("accumulator", target.accumulator.size_bytes, owner=p.name)
+        self.x = _Buffers(spad, t.x_slots, fp.x_slot, "input tile")
+        self.w = _Buffers(spad, t.w_slots, fp.w_slot, "weight block")
+        self.out = [spad.alloc(fp.out_slot, f"output tile {i}") for i in range(2)]
+        self.ops = [
+            (i, o, _Buffers(spad, 2, nbytes, f"epilogue operand {i}"), nbytes)
+            for (i, o), nbytes in zip(
+                [(i, o) for i, o in enumerate(p.operands) if o is not None], fp.operand_slots
+            )
+        ]
+        self.operand_names = operand_names
+        self.acc = acc.alloc(fp.acc, "accumulator tile")
+        self.x_sig: dict[int, tuple] = {}
+        self.out_slot = 0
+        self.geom = input_geometry(p, t)
+
+    def run(self) -> None:
+        for s in steps(self.p, self.t):
+            self._step(s)
+
+    # ------------------------------------------------------------------ one step
+
+    def _step(self, s: Step) -> None:
+        xb = self._input(s)
+        wb = self._weights(s)
+        self._compute(s, xb, wb)
+        if s.last:
+            self._finish(s)
+
+    def _input(self, s: Step) -> int:
+        slot, hit = self.x.get(s.x_key(self.p))
+        base = self.x.addrs[slot]
+        if hit:
+            return base
+        sig, fills, loads = input_loads(self.p, self.t, s)
+        if self.x_sig.get(slot) != sig:
+            self.x_sig[slot] = sig
+            for op, f in fills:
+                self.em.emit(op, **_shifted(f, base, ("dst",)))
+        for op, f in loads:
+            self.em.emit(op, **_shifted(f, base, ("local_addr",)))
+        return base
+
+    def _weights(self, s: Step) -> int:
+        slot, hit = self.w.get(s.w_key(self.p))
+        base = self.w.addrs[slot]
+        if not hit:
+            for op, f in weight_loads(self.p, self.t, s):
+                self.em.emit(op, **_shifted(f, base, ("local_addr",)))
+        return base
+
+    def _compute(self, s: Step, xb: int, wb: int) -> None:
+        p, t, es = self.p, self.t, self.p.es
+        g = self.geom
+        dt = p.dtype.name
+        in_s0 = p.x.out_step * g.slot * es
+        in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
+        krows = weight_rows(p, s.tc)
+        cks = chunks(p, t, s.tc, self.rows)
+        for j in range(0, s.tn, self.cols):
+            n = min(self.cols, s.tn - j)
+            for i, ch in enumerate(cks):
+                if p.weights_n_major:
+                    lw = dict(addr=wb + (j * krows + ch.w_row) * es, s_k=es, s_n=krows * es)
+                else:
+                    lw = dict(addr=wb + (ch.w_row * s.tn + j) * es, s_n=es, s_k=s.tn * es)
+                self.em.emit("LOAD_WEIGHTS", dtype=dt, k=ch.k, n=n, **lw)
+                self.em.emit(
+                    "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
+                    in_addr=xb + ch.in_off * es, m0=s.tw, m1=s.th, in_s0=in_s0, in_s1=in_s1,
+                    out_addr=self.acc + j * 4, out_s0=s.tn * 4, out_s1=s.tw * s.tn * 4,
+                )
+
+    def _finish(self, s: Step) -> None:
+        p = self.p
+        loaded = []
+        for (i, o, pool, nbytes), name in zip(self.ops, self.operand_names):
+            soy, sox, sn = o.strides
+            addr = o.addrs[s.b] + s.oy0 * soy + s.ox0 * sox + s.n0 * sn
+            view = DramTensor(name, (s.th, s.tw, s.tn), p.dtype, addr, (soy, sox, sn))
+            key = (addr, s.th, s.tw, s.tn)
+            slot, hit = pool.get(key)
+            if not hit:
+                pool.data[slot] = load_operand(self.em, (Piece(0, view),), s.m, s.tn, p.dtype, pool.addrs[slot], nbytes)
+            loaded.append((i, pool.data[slot]))
+        operands: list[Tile | None] = [None] * len(p.epilogue)
+        for i, tile in loaded:
+            operands[i] = tile
+        out = Tile(self.out[self.out_slot], s.m, s.tn, p.dtype)
+        acc = Tile(self.acc, s.m, s.tn, DType.fp32 if p.dtype.is_float else DType.int32, space="acc")
+        emit_acc_to_tile(self.em, acc, out)
+        apply_epilogue(self.em, p.epilogue, out, operands)
+        op, f = output_store(p, s)
+        self.em.emit(op, **_shifted(f, out.addr, ("local_addr",)))
+        self.out_slot ^= 1

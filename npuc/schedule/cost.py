@@ -1,0 +1,356 @@
+"""The analytical cost model of the array kernels.
+
+Instruction times come from the instruction set's own definitions (``InstrDef.timing`` of
+``npuc/isa/defs``: the formulas of docs/isa.md), never from a copy of them.  A tiling is costed
+by walking its loop nest (:func:`npuc.schedule.problem.steps`) the way the code generator emits
+it: which input tiles and weight blocks miss their buffers and are loaded (burst-rounded DMA
+cycles), which compute-queue instructions run (weight loads hidden behind the previous MATMUL,
+vector work with its latency, zero borders), and when each output tile is stored.  A small
+three-timeline model (load queue, compute queue, store queue, with buffer reuse as the only
+synchronisation) gives the overlap that double buffering buys; the DRAM port, shared by loads and
+stores, bounds the total from below.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from npuc.isa.enums import UnOp
+from npuc.isa.instr import build_args, get_def
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, steps
+from npuc.schedule.transfers import input_loads, operand_load, output_store, weight_loads
+from npuc.targets import Target
+
+_ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value"})
+
+
+class _Table:
+    """Instruction times for one target, memoised by the fields that matter (not addresses)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.cache: dict[tuple, tuple[int, int]] = {}
+
+    def time(self, op: str, fields: dict[str, Any]) -> tuple[int, int]:
+        key = (op,) + tuple(sorted((k, v) for k, v in fields.items() if k not in _ADDRESS_FIELDS))
+        hit = self.cache.get(key)
+        if hit is None:
+            d = get_def(op)
+            full = dict(fields)
+            for f in d.fields:
+                if f.name in _ADDRESS_FIELDS and f.name not in full and f.default is None:
+                    full[f.name] = 0
+            args = build_args(d, full)
+            hit = self.cache[key] = d.timing(args, self.target, d.regions(args))
+        return hit
+
+
+@lru_cache(maxsize=16)
+def _table(target: Target) -> _Table:
+    return _Table(target)
+
+
+def instr_time(target: Target, op: str, fields: dict[str, Any]) -> tuple[int, int]:
+    """(busy, latency) cycles of one instruction, from its definition (addresses do not matter)."""
+    return _table(target).time(op, fields)
+
+
+def instr_cycles(target: Target, op: str, fields: dict[str, Any]) -> int:
+    busy, lat = instr_time(target, op, fields)
+    return busy + lat
+
+
+# ----------------------------------------------------------------------------- compute pieces
+
+
+def matmul_time(target: Target, p: ArrayProblem, k: int, n: int, m0: int, m1: int) -> int:
+    return instr_time(target, "MATMUL", dict(dtype=p.dtype.name, k=k, n=n, m0=m0, m1=m1))[0]
+
+
+def weight_load_time(target: Target, p: ArrayProblem, k: int, n: int) -> int:
+    return instr_time(target, "LOAD_WEIGHTS", dict(dtype=p.dtype.name, k=k, n=n))[0]
+
+
+def vector_time(target: Target, instr: str, /, **fields: Any) -> int:
+    """Busy plus latency: the in-order compute queue waits for a vector result."""
+    return instr_cycles(target, instr, fields)
+
+
+_SIMPLE_UNARY = {"relu", "neg", "abs", "exp", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid",
+                 "sqrt", "rsqrt", "reciprocal", "clamp"}
+
+
+def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
+    """Compute-queue cycles of turning an m x tn accumulator tile into the stored result:
+    the conversion out of the accumulator and the fused epilogue ops on the tile."""
+    dt = p.dtype.name
+    total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
+    for e in p.epilogue:
+        if e.op in _SIMPLE_UNARY or e.op == "gelu":
+            name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
+            name = name if name in UnOp.__members__ else "copy"
+            total += vector_time(target, "VUN", op=name, dtype=dt, n0=tn, n1=m)
+        elif e.operand is not None:
+            total += vector_time(target, "VBIN", op="add", dtype=dt, n0=tn, n1=m)
+            if e.op == "div":
+                total += vector_time(target, "VUN", op="reciprocal", dtype=dt, n0=tn, n1=m)
+        else:
+            steps_needed = 2 if (e.operand_first and e.op in ("sub", "div")) else 1
+            total += steps_needed * vector_time(target, "VUN", op="adds", dtype=dt, n0=tn, n1=m)
+    return total
+
+
+def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[int, int]:
+    """(array cycles, MATMUL count) of one step: every reduction chunk times every column
+    subtile; the first LOAD_WEIGHTS of the step is not hidden behind a MATMUL."""
+    table = _table(target)
+    cols = target.array.cols
+    dt = p.dtype.name
+    ks = Counter(ch.k for ch in chunks(p, t, s.tc, target.array.rows))
+    ns = Counter(min(cols, s.tn - j) for j in range(0, s.tn, cols))
+    total = count = 0
+    for k, nk in sorted(ks.items()):
+        for n, nn in sorted(ns.items()):
+            total += nk * nn * table.time("MATMUL", dict(dtype=dt, k=k, n=n, m0=s.tw, m1=s.th))[0]
+            count += nk * nn
+    total += table.time("LOAD_WEIGHTS", dict(dtype=dt, k=max(ks), n=min(cols, s.tn)))[0]
+    return total, count
+
+
+# ----------------------------------------------------------------------------- the estimate
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the model expects of a tiling: total cycles and where they go."""
+
+    cycles: int
+    compute: int  # compute-queue cycles (array + vector + weight loads not hidden)
+    array: int  # cycles inside MATMULs
+    dma: int  # DRAM-port cycles, loads and stores
+    dram_bytes: int  # DRAM bytes the port moves (whole bursts)
+    instructions: int
+    spad_bytes: int
+    acc_bytes: int
+
+
+class _Pool:
+    """LRU buffers, as the code generator allocates them: a key already present is not reloaded."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.keys: OrderedDict[Any, int] = OrderedDict()
+        self.free_at = [0] * slots
+
+    def get(self, key: Any) -> tuple[int, bool]:
+        if key in self.keys:
+            self.keys.move_to_end(key)
+            return self.keys[key], True
+        if len(self.keys) < self.slots:
+            slot = len(self.keys)
+        else:
+            _, slot = self.keys.popitem(last=False)
+        self.keys[key] = slot
+        return slot, False
+
+
+class _Costs:
+    """Per-estimate memo of what a step's transfers and compute cost, keyed by tile class."""
+
+    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> None:
+        self.target, self.p, self.t = target, p, t
+        self.table = _table(target)
+        self.memo: dict[tuple, Any] = {}
+
+    def dmas(self, instrs: list[tuple[str, dict]]) -> tuple[tuple[int, int], ...]:
+        """(busy, latency) of each DMA."""
+        return tuple(self.table.time(op, f) for op, f in instrs)
+
+    def input(self, s: Step) -> tuple[tuple, int, int, tuple[tuple[int, int], ...]]:
+        """(border signature, zero-fill cycles, fill count, DMA times) of the step's input tile."""
+        p = self.p
+        key = ("x", s.th, s.tw, s.tc, p.y.valid(s.oy0, s.th) if not self.t.unfold else s.oy0, p.x.valid(s.ox0, s.tw))
+        hit = self.memo.get(key)
+        if hit is None:
+            sig, fills, loads = input_loads(p, self.t, s)
+            fill = sum(sum(self.table.time(op, f)) for op, f in fills)
+            hit = self.memo[key] = (sig, fill, len(fills), self.dmas(loads))
+        return hit
+
+    def weights(self, s: Step) -> tuple[tuple[int, int], ...]:
+        key = ("w", s.tn, s.tc)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.dmas(weight_loads(self.p, self.t, s))
+        return hit
+
+    def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:
+        key = ("o", i, s.th, s.tw, s.tn)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.table.time(*operand_load(self.p, o, s)[1])
+        return hit
+
+    def store(self, s: Step) -> tuple[int, int]:
+        key = ("s", s.th, s.tw, s.tn)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.table.time(*output_store(self.p, s))
+        return hit
+
+    def compute(self, s: Step) -> tuple[int, int]:
+        key = ("c", s.th, s.tw, s.tn, s.tc)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = step_compute(self.target, self.p, self.t, s)
+        return hit
+
+    def epilogue(self, s: Step) -> int:
+        key = ("e", s.m, s.tn)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = epilogue_time(self.target, self.p, s.m, s.tn)
+        return hit
+
+
+def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
+    """Walk the loop nest of ``t`` and estimate its cycles on ``target``."""
+    fp = footprint(p, t)
+    costs = _Costs(target, p, t)
+    bpc = target.dma.bytes_per_cycle
+    xp, wp = _Pool(t.x_slots), _Pool(t.w_slots)
+    ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
+    x_sig: dict[int, tuple] = {}
+    out_free = [0, 0]
+    out_slot = 0
+    t_load = t_comp = t_store = 0
+    port = array = compute = 0
+    instrs = 0
+    lat = target.dma.latency_cycles
+    for s in steps(p, t):
+        ready = 0
+        fill_cycles = 0
+        x_slot, hit = xp.get(s.x_key(p))
+        if not hit:
+            sig, fill, nfill, loads = costs.input(s)
+            if x_sig.get(x_slot) != sig:
+                x_sig[x_slot] = sig
+                fill_cycles = fill
+                instrs += nfill
+            for busy, l in loads:
+                t_load = max(t_load, xp.free_at[x_slot]) + busy
+                ready = max(ready, t_load + l)
+                port += busy
+            instrs += len(loads)
+        w_slot, hit = wp.get(s.w_key(p))
+        if not hit:
+            loads = costs.weights(s)
+            for busy, l in loads:
+                t_load = max(t_load, wp.free_at[w_slot]) + busy
+                ready = max(ready, t_load + l)
+                port += busy
+            instrs += len(loads)
+        mm, count = costs.compute(s)
+        instrs += 2 * count
+        array += mm
+        start = max(t_comp + fill_cycles, ready)
+        t_comp = start + mm
+        xp.free_at[x_slot] = t_comp
+        wp.free_at[w_slot] = t_comp
+        compute += fill_cycles + mm
+        if not s.last:
+            continue
+        op_ready = 0
+        used = []
+        for i, o, pool in ops:
+            soy, sox, sn = o.strides
+            slot, hit = pool.get((o.addrs[s.b] + s.oy0 * soy + s.ox0 * sox + s.n0 * sn, s.th, s.tw, s.tn))
+            used.append((pool, slot))
+            if not hit:
+                busy, l = costs.operand(i, o, s)
+                t_load = max(t_load, pool.free_at[slot]) + busy
+                op_ready = max(op_ready, t_load + l)
+                port += busy
+                instrs += 1
+        epi = costs.epilogue(s)
+        instrs += 1 + len(p.epilogue)
+        t_comp = max(t_comp, out_free[out_slot], op_ready) + epi
+        compute += epi
+        for pool, slot in used:
+            pool.free_at[slot] = t_comp
+        busy, l = costs.store(s)
+        t_store = max(t_store, t_comp) + busy
+        out_free[out_slot] = t_store + l
+        out_slot ^= 1
+        port += busy
+        instrs += 1
+    total = max(t_comp, t_store + lat, port + 2 * lat)
+    return Estimate(total, compute, array, port, port * bpc, instrs + 1, fp.spad(t), fp.acc)
+
+
+def _loads(slots: int, outer: int, cycle: int, inner_repeat: int) -> int:
+    """Loads of a key sequence: ``outer`` rounds, each cycling through ``cycle`` distinct keys
+    (each key repeated ``inner_repeat`` times in a row); the same keys every round when the
+    pool holds them all."""
+    if slots >= cycle:
+        return cycle
+    return outer * cycle
+
+
+def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
+    """A walk-free estimate for ranking candidates: loads counted per tile class from the loop
+    order and buffer counts, compute summed per class, total = the larger of compute and DMA
+    plus the first tile's load."""
+    costs = _Costs(target, p, t)
+    ys, xs, ns, cs = blocks(p.y.out, t.th), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    S, NB, CB = len(ys) * len(xs), len(ns), len(cs)
+    xb = len(set(p.x_addrs)) if t.x_slots >= S * CB else p.batches
+    wb = len(set(p.w_addrs)) if t.w_slots >= NB * CB else p.batches
+    if t.order == "m_outer":
+        x_loads = S * CB if (CB == 1 or t.x_slots >= CB) else S * NB * CB
+        w_loads = NB * CB if t.w_slots >= NB * CB else S * NB * CB
+    else:
+        x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
+        w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else S * NB * CB
+    comp = 0
+    store = 0
+    per_tile_dma = 0
+    oy0, ox0 = ys[len(ys) // 2][0], xs[len(xs) // 2][0]
+    for th in {b[1]: None for b in ys}:
+        ny = sum(1 for b in ys if b[1] == th)
+        for tw in {b[1]: None for b in xs}:
+            nx = sum(1 for b in xs if b[1] == tw)
+            for tn in {b[1]: None for b in ns}:
+                nn = sum(1 for b in ns if b[1] == tn)
+                for tc in {b[1]: None for b in cs}:
+                    nc = sum(1 for b in cs if b[1] == tc)
+                    s = Step(0, oy0, th, ox0, tw, 0, tn, 0, tc, True, True)
+                    comp += ny * nx * nn * nc * costs.compute(s)[0]
+                s = Step(0, oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True)
+                comp += ny * nx * nn * costs.epilogue(s)
+                store += ny * nx * nn * (costs.store(s)[0] + sum(costs.operand(i, o, s)[0] for i, o in enumerate(p.operands) if o is not None and not o.spatial_broadcast))
+    s0 = Step(0, oy0, ys[0][1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True)
+    x_one = sum(b for b, _ in costs.input(s0)[3])
+    w_one = sum(b for b, _ in costs.weights(s0))
+    dma = p.batches * store + xb * x_loads * x_one + wb * w_loads * w_one
+    return max(p.batches * comp, dma) + x_one + w_one + 2 * target.dma.latency_cycles
+
+
+def lower_bound(target: Target, p: ArrayProblem) -> int:
+    """max(MACs / processing elements, compulsory DRAM bytes / bandwidth): what no schedule beats."""
+    es = p.es
+    macs = p.macs
+    compulsory = (
+        len(set(p.x_addrs)) * p.y.size * p.x.size * p.c
+        + len(set(p.w_addrs)) * p.y.kernel * p.x.kernel * p.c * p.n
+        + p.batches * p.y.out * p.x.out * p.n
+    ) * es
+    for o in p.operands:
+        if o is not None:
+            rows = 1 if o.spatial_broadcast else p.y.out * p.x.out
+            cols = 1 if o.channel_broadcast else p.n
+            compulsory += len(set(o.addrs)) * rows * cols * es
+    return max(-(-macs // target.peak_macs_per_cycle), -(-compulsory // target.dma.bytes_per_cycle))

@@ -1,0 +1,340 @@
+"""The array problem: a batch of implicit GEMMs over windows, and how one is tiled.
+
+A convolution (per image and group) and a matrix product (per batch index) are the same thing
+to the systolic array: output pixels (oy, ox) are the GEMM's rows, output channels its columns,
+and the window (ky, kx, c) its reduction.  A gemm is a convolution of a 1 x M "image" with a
+1 x 1 kernel.  :class:`ArrayProblem` says it once, with every DRAM layout as byte strides and
+one base address per batch; :class:`ArrayTiling` is a schedule for it; :func:`steps` is the
+loop nest that both the code generator (``npuc.codegen.kernels.array_engine``) and the cost
+model (``npuc.schedule.cost``) walk, so the two agree on what is loaded, computed and stored.
+
+Scratchpad layouts (element size ``es``):
+
+* input tile: ``[rows][cols][slot]``: ``slot`` = the tile's channels (``tc``), or, when rows are
+  *unfolded*, ``kh`` x ``tc`` (pixel (r, x) holds input row ``(oy0 + r) * sy + ky * dy`` for
+  every ky), so that a whole window is one contiguous run of ``kw * kh * tc`` elements;
+* weight block: ``[krow][tn]`` (k-major) or ``[n][krows]`` (n-major, for a weight stored with its
+  reduction dimension contiguous, e.g. a linear layer's ``[N, K]``); krow runs over (ky, kx, c),
+  or (kx, ky, c) for unfolded rows;
+* output tile: ``[th * tw][tn]`` (fp32 in the accumulator, the element type in the scratchpad).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+from npuc.codegen.kernel import EpilogueOp
+from npuc.isa.enums import DType
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis: input ``size``, ``kernel`` taps, ``stride``, leading ``pad``,
+    ``dilation`` and ``out`` outputs.
+
+    A 1-tap axis is *sampled*: a tile loads only the input positions the outputs read (every
+    ``stride``-th), so a strided 1x1 convolution moves no unused bytes.  Otherwise the tile holds
+    the dense input span the windows cover.
+    """
+
+    size: int
+    kernel: int
+    stride: int
+    pad: int
+    dilation: int
+    out: int
+
+    @property
+    def sampled(self) -> bool:
+        return self.kernel == 1
+
+    @property
+    def out_step(self) -> int:
+        """Local (tile) positions between neighbouring outputs."""
+        return 1 if self.sampled else self.stride
+
+    @property
+    def tap_step(self) -> int:
+        """Local positions between neighbouring kernel taps."""
+        return self.dilation
+
+    @property
+    def in_step(self) -> int:
+        """Input positions between neighbouring local positions."""
+        return self.stride if self.sampled else 1
+
+    def span(self, t: int) -> int:
+        """Local positions a tile of ``t`` outputs needs."""
+        if self.sampled:
+            return t
+        return (t - 1) * self.stride + (self.kernel - 1) * self.dilation + 1
+
+    def start(self, o0: int) -> int:
+        """Input position of local position 0 for a tile starting at output ``o0``."""
+        return o0 * self.stride - self.pad
+
+    def valid(self, o0: int, t: int) -> tuple[int, int]:
+        """Local range [lo, hi) of a tile that lies inside the input (the rest is padding)."""
+        return _valid_range(self.start(o0), self.in_step, self.span(t), self.size)
+
+
+def _valid_range(start: int, step: int, length: int, size: int) -> tuple[int, int]:
+    lo = 0 if start >= 0 else min(length, -(-(-start) // step))
+    hi = max(lo, min(length, -(-(size - start) // step)))
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """An epilogue operand over the output's (oy, ox, n) positions: byte strides (zero where it
+    broadcasts) and one base address per batch."""
+
+    addrs: tuple[int, ...]
+    strides: tuple[int, int, int]
+
+    @property
+    def spatial_broadcast(self) -> bool:
+        return self.strides[0] == 0 and self.strides[1] == 0
+
+    @property
+    def channel_broadcast(self) -> bool:
+        return self.strides[2] == 0
+
+
+@dataclass(frozen=True)
+class ArrayProblem:
+    """A batch of implicit GEMMs with DRAM layouts (see the module docstring).
+
+    Per batch b: input ``[y.size][x.size][c]`` at ``x_addrs[b]`` with strides ``x_strides``
+    (row, pixel, channel), weights ``[kh][kw][c][n]`` at ``w_addrs[b]`` with ``w_strides``,
+    output ``[y.out][x.out][n]`` at ``out_addrs[b]`` with ``out_strides``; ``epilogue`` ops with
+    the layouts of their DRAM operands (None for unary or scalar ops).
+    """
+
+    name: str
+    dtype: DType
+    y: Axis
+    x: Axis
+    c: int
+    n: int
+    x_addrs: tuple[int, ...]
+    w_addrs: tuple[int, ...]
+    out_addrs: tuple[int, ...]
+    x_strides: tuple[int, int, int]
+    w_strides: tuple[int, int, int, int]
+    out_strides: tuple[int, int, int]
+    epilogue: tuple[EpilogueOp, ...] = ()
+    operands: tuple[OperandLayout | None, ...] = ()
+
+    @property
+    def batches(self) -> int:
+        return len(self.out_addrs)
+
+    @property
+    def es(self) -> int:
+        return self.dtype.size
+
+    @property
+    def macs(self) -> int:
+        return self.batches * self.y.out * self.x.out * self.n * self.c * self.y.kernel * self.x.kernel
+
+    @property
+    def weights_n_major(self) -> bool:
+        """Whether weight blocks are best stored [n][krows]: reduction contiguous in DRAM."""
+        return self.w_strides[3] != self.es and self.w_strides[2] == self.es
+
+
+@dataclass(frozen=True)
+class ArrayTiling:
+    """A schedule of an :class:`ArrayProblem`.
+
+    ``th`` x ``tw`` output pixels by ``tn`` output channels per accumulator tile, ``tc`` input
+    channels per reduction block; ``order`` "m_outer" (pixels outside, the input tile stays while
+    every channel block of the output is computed) or "n_outer" (output channel blocks outside,
+    the weight block stays while every pixel tile is computed); ``unfold`` the unfolded-row
+    input layout; ``x_slots``/``w_slots`` the scratchpad buffers for input tiles and weight
+    blocks (2: double buffered; more: every block resident, loaded once).
+    """
+
+    th: int
+    tw: int
+    tn: int
+    tc: int
+    order: str = "m_outer"
+    unfold: bool = False
+    x_slots: int = 2
+    w_slots: int = 2
+
+    def __str__(self) -> str:
+        extra = " unfold" if self.unfold else ""
+        return (
+            f"ws {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
+            f"x-bufs {self.x_slots} w-bufs {self.w_slots}"
+        )
+
+
+class Step(NamedTuple):
+    """One iteration of the loop nest: batch ``b``, output tile rows [oy0, oy0+th), columns
+    [ox0, ox0+tw), channels [n0, n0+tn), reduction block [c0, c0+tc); ``first``/``last``
+    reduction block of its output tile."""
+
+    b: int
+    oy0: int
+    th: int
+    ox0: int
+    tw: int
+    n0: int
+    tn: int
+    c0: int
+    tc: int
+    first: bool
+    last: bool
+
+    @property
+    def m(self) -> int:
+        return self.th * self.tw
+
+    def x_key(self, p: ArrayProblem) -> tuple[int, ...]:
+        """What identifies the input tile (equal keys: same bytes, no reload)."""
+        return (p.x_addrs[self.b], self.oy0, self.th, self.ox0, self.tw, self.c0, self.tc)
+
+    def w_key(self, p: ArrayProblem) -> tuple[int, ...]:
+        return (p.w_addrs[self.b], self.n0, self.tn, self.c0, self.tc)
+
+
+def blocks(total: int, size: int) -> list[tuple[int, int]]:
+    """(start, length) of ``total`` cut in blocks of ``size``."""
+    return [(s, min(size, total - s)) for s in range(0, total, size)]
+
+
+def steps(p: ArrayProblem, t: ArrayTiling) -> Iterator[Step]:
+    """The loop nest in program order."""
+    ys, xs, ns, cs = blocks(p.y.out, t.th), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    last_c = len(cs) - 1
+    for b in range(p.batches):
+        if t.order == "m_outer":
+            nest = ((yb, xb, nb) for yb in ys for xb in xs for nb in ns)
+        else:
+            nest = ((yb, xb, nb) for nb in ns for yb in ys for xb in xs)
+        for (oy0, th), (ox0, tw), (n0, tn) in nest:
+            for i, (c0, tc) in enumerate(cs):
+                yield Step(b, oy0, th, ox0, tw, n0, tn, c0, tc, i == 0, i == last_c)
+
+
+def step_count(p: ArrayProblem, t: ArrayTiling) -> int:
+    return (
+        p.batches * math.ceil(p.y.out / t.th) * math.ceil(p.x.out / t.tw)
+        * math.ceil(p.n / t.tn) * math.ceil(p.c / t.tc)
+    )
+
+
+# ----------------------------------------------------------------------------- tile geometry
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One LOAD_WEIGHTS/MATMUL reduction chunk: ``k`` rows starting at element ``in_off`` of the
+    window origin in the input tile and at weight row ``w_row``."""
+
+    in_off: int
+    w_row: int
+    k: int
+
+
+@dataclass(frozen=True)
+class InputGeometry:
+    """Element strides of an input tile in the scratchpad for a tiling (max tile sizes)."""
+
+    rows: int  # local rows (max over tiles)
+    cols: int  # local columns
+    slot: int  # elements per pixel
+
+    @property
+    def row_elems(self) -> int:
+        return self.cols * self.slot
+
+    @property
+    def elems(self) -> int:
+        return self.rows * self.row_elems
+
+
+def input_geometry(p: ArrayProblem, t: ArrayTiling) -> InputGeometry:
+    cols = p.x.span(t.tw)
+    if t.unfold:
+        return InputGeometry(t.th, cols, p.y.kernel * t.tc)
+    return InputGeometry(p.y.span(t.th), cols, t.tc)
+
+
+def can_unfold(p: ArrayProblem) -> bool:
+    """Unfolded rows need a dense, undilated x axis and more than one row tap."""
+    return p.y.kernel > 1 and not p.x.sampled and p.x.dilation == 1
+
+
+def chunks(p: ArrayProblem, t: ArrayTiling, tc: int, rows: int) -> list[Chunk]:
+    """The reduction of one block of ``tc`` channels cut in chunks of at most ``rows``."""
+    g = input_geometry(p, t)
+    kh, kw = p.y.kernel, p.x.kernel
+    runs: list[tuple[int, int, int]] = []  # (in_off, w_row, length)
+    if t.unfold:
+        runs.append((0, 0, kw * kh * tc))
+    elif kw == 1 or p.x.dilation == 1:
+        # (kx, c) of one window row are contiguous: one run per ky
+        for ky in range(kh):
+            runs.append((ky * p.y.tap_step * g.row_elems, ky * kw * tc, kw * tc))
+    else:
+        for ky in range(kh):
+            for kx in range(kw):
+                off = ky * p.y.tap_step * g.row_elems + kx * p.x.tap_step * g.slot
+                runs.append((off, (ky * kw + kx) * tc, tc))
+    out = []
+    for off, row, length in runs:
+        for s in range(0, length, rows):
+            out.append(Chunk(off + s, row + s, min(rows, length - s)))
+    return out
+
+
+def weight_rows(p: ArrayProblem, tc: int) -> int:
+    return p.y.kernel * p.x.kernel * tc
+
+
+# ----------------------------------------------------------------------------- footprint
+
+
+def _align(n: int, a: int = 64) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Scratchpad bytes of each buffer kind (per slot) and the accumulator bytes of a tiling."""
+
+    x_slot: int
+    w_slot: int
+    out_slot: int
+    operand_slots: tuple[int, ...]
+    acc: int
+
+    def spad(self, t: ArrayTiling) -> int:
+        return (
+            t.x_slots * self.x_slot + t.w_slots * self.w_slot + 2 * self.out_slot
+            + sum(2 * s for s in self.operand_slots)
+        )
+
+
+def operand_tile_elems(op: OperandLayout, m: int, tn: int) -> int:
+    rows = 1 if op.spatial_broadcast else m
+    cols = 1 if op.channel_broadcast else tn
+    return rows * cols
+
+
+def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
+    es = p.es
+    m = t.th * t.tw
+    x_slot = _align(input_geometry(p, t).elems * es)
+    w_slot = _align(weight_rows(p, t.tc) * t.tn * es)
+    out_slot = _align(m * t.tn * es)
+    ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
+    # a division by an operand needs a reciprocal copy: the operand slot is reused in place
+    return Footprint(x_slot, w_slot, out_slot, ops, m * t.tn * 4)

@@ -1,0 +1,177 @@
+"""Choosing a tiling for an array problem: a few hundred candidates at most, costed by the model.
+
+Candidates come from a heuristic seed (the largest output tile the accumulator holds, every
+reduction channel at once, every weight block resident when the scratchpad allows) widened by a
+sweep over output-channel widths, tile shapes, reduction blocks, the unfolded-row layout and the
+loop order.  The cheapest one that fits the scratchpad and the accumulator wins; ties go to the
+smaller footprint, then to the candidate's text, so the choice is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from npuc.errors import CompileError
+from npuc.schedule.cost import Estimate, estimate, quick_estimate
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_unfold, footprint
+from npuc.targets import Target
+
+MAX_CANDIDATES = 300
+WALKED = 6
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen tiling, its estimate, and how many candidates were costed."""
+
+    tiling: ArrayTiling
+    estimate: Estimate
+    candidates: int
+
+
+def _multiples(unit: int, total: int) -> list[int]:
+    """unit, 2 unit, 4 unit, ... below total, and total itself."""
+    out = {total}
+    v = unit
+    while v < total:
+        out.add(v)
+        v *= 2
+    return sorted(out)
+
+
+def _halvings(total: int, limit: int) -> list[int]:
+    """Tile lengths up to ``limit``: the largest, the balanced one, and halves."""
+    top = min(total, limit)
+    if top < 1:
+        return []
+    balanced = math.ceil(total / math.ceil(total / top))
+    out = {top, balanced}
+    for d in (2, 4):
+        v = top // d
+        if v >= 1:
+            out.add(math.ceil(total / math.ceil(total / v)))
+    return sorted(out, reverse=True)
+
+
+def _shapes(target: Target, p: ArrayProblem, tn: int) -> list[tuple[int, int]]:
+    """(th, tw) output tiles whose accumulator tile fits for ``tn`` channels."""
+    m_cap = target.accumulator.size_bytes // (tn * 4)
+    if m_cap < 1:
+        return []
+    tws = [p.x.out] if p.x.out <= m_cap else _halvings(p.x.out, m_cap)[:2]
+    out = []
+    for tw in tws:
+        for th in _halvings(p.y.out, m_cap // tw)[:3]:
+            out.append((th, tw))
+    return out
+
+
+def _widths(target: Target, p: ArrayProblem) -> list[int]:
+    """Output-channel widths worth trying: multiples of the array's columns whose accumulator
+    tile still holds a useful number of rows (the narrowest is always kept)."""
+    cols = target.array.cols
+    acc_words = target.accumulator.size_bytes // 4
+    want = min(p.y.out * p.x.out, 4 * target.array.rows)
+    out = [tn for tn in _multiples(cols, p.n) if acc_words // tn >= want]
+    return out or [min(cols, p.n)]
+
+
+def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
+    """Input channels per reduction block: all of them, and up to four smaller blocks
+    (multiples of the array's rows)."""
+    return [p.c] + [c for c in reversed(_multiples(target.array.rows, p.c)) if c < p.c][:4]
+
+
+def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
+    """Candidate tilings, before the fit check (deterministic order)."""
+    unfolds = [False, True] if can_unfold(p) else [False]
+    out: list[ArrayTiling] = []
+    for tc in _reduction_blocks(target, p):
+        for tn in reversed(_widths(target, p)):
+            for th, tw in _shapes(target, p, tn):
+                for unfold in unfolds:
+                    orders = ["m_outer"] if tn >= p.n else ["m_outer", "n_outer"]
+                    for order in orders:
+                        out.append(ArrayTiling(th, tw, tn, tc, order, unfold))
+    return out[:MAX_CANDIDATES]
+
+
+def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
+    """Make weight blocks, then input tiles, resident when the scratchpad holds them all."""
+    size = target.scratchpad.size_bytes
+    fp = footprint(p, t)
+    n_w = len(blocks(p.n, t.tn)) * len(blocks(p.c, t.tc))
+    n_x = len(blocks(p.y.out, t.th)) * len(blocks(p.x.out, t.tw)) * len(blocks(p.c, t.tc))
+    if n_w > 2 and fp.spad(replace(t, w_slots=n_w)) <= size:
+        t = replace(t, w_slots=n_w)
+    if n_x > 2 and fp.spad(replace(t, x_slots=n_x)) <= size:
+        t = replace(t, x_slots=n_x)
+    if n_w == 1:
+        t = replace(t, w_slots=1)
+    if n_x == 1:
+        t = replace(t, x_slots=1)
+    return t
+
+
+def _relative(addrs: tuple[int, ...]) -> tuple[int, ...]:
+    base = min(addrs, default=0)
+    return tuple(a - base for a in addrs)
+
+
+def _normalized(p: ArrayProblem) -> ArrayProblem:
+    """``p`` with its addresses relative to each tensor's first batch: equal layers at other
+    addresses (repeated blocks of a network) share one choice."""
+    ops = tuple(None if o is None else replace(o, addrs=_relative(o.addrs)) for o in p.operands)
+    epilogue = tuple(replace(e, operand=None, scalar=e.scalar if e.operand is None else 0.0) for e in p.epilogue)
+    return replace(p, name="", x_addrs=_relative(p.x_addrs), w_addrs=_relative(p.w_addrs),
+                   out_addrs=_relative(p.out_addrs), operands=ops, epilogue=epilogue)
+
+
+_MEMO: dict[tuple, "Choice"] = {}
+_MEMO_LIMIT = 4096
+
+
+def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
+    """The cheapest tiling of ``p`` that fits ``target``; CompileError when none does.
+
+    Every fitting candidate is ranked by the walk-free estimate; the ``walk`` best are costed
+    by the full model and the cheapest of those wins.  Choices are memoised per target and
+    (address-normalised) problem."""
+    key = (target, _normalized(p), walk)
+    hit = _MEMO.get(key)
+    if hit is None:
+        hit = _choose(target, p, walk)
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        _MEMO[key] = hit
+    return hit
+
+
+def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
+    ranked: list[tuple] = []
+    smallest: tuple[int, int] | None = None
+    for t in candidates(target, p):
+        t = _with_buffers(target, p, t)
+        fp = footprint(p, t)
+        spad, acc = fp.spad(t), fp.acc
+        if smallest is None or (spad, acc) < smallest:
+            smallest = (spad, acc)
+        if spad > target.scratchpad.size_bytes or acc > target.accumulator.size_bytes:
+            continue
+        ranked.append((quick_estimate(target, p, t), spad, str(t), t))
+    if not ranked:
+        need = f"{smallest[0]} bytes of scratchpad and {smallest[1]} bytes of accumulator" if smallest else "an output tile"
+        raise CompileError(
+            f"kernel '{p.name}' does not fit target '{target.name}' at any tiling: the smallest "
+            f"needs {need}, the target has {target.scratchpad.size_bytes} and "
+            f"{target.accumulator.size_bytes}"
+        )
+    ranked.sort(key=lambda r: r[:3])
+    best: tuple | None = None
+    for _, spad, text, t in ranked[:walk]:
+        e = estimate(target, p, t)
+        key = (e.cycles, spad, text)
+        if best is None or key < best[0]:
+            best = (key, t, e)
+    return Choice(best[1], best[2], len(ranked))

@@ -1,0 +1,166 @@
+"""The data movement of one loop step, as instruction fields: what the code generator emits and
+what the cost model times.
+
+Every function returns ``(op, fields)`` pairs whose scratchpad addresses are *relative to the
+buffer* the data goes to (the emitter adds the buffer's base); DRAM addresses are absolute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows
+
+Instr = tuple[str, dict[str, Any]]
+_MAX_COUNT = 65535
+
+
+def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int) -> list[Instr]:
+    """VFILL zeros over an n1 x n0 block (row stride s1 bytes), split to the field limits."""
+    out: list[Instr] = []
+    if n0 <= 0 or n1 <= 0:
+        return out
+    for r in range(0, n1, _MAX_COUNT):
+        rows = min(_MAX_COUNT, n1 - r)
+        for c in range(0, n0, _MAX_COUNT):
+            cols = min(_MAX_COUNT, n0 - c)
+            out.append(("VFILL", dict(dtype=dtype_name, n0=cols, n1=rows, dst=addr + r * s1 + c * es, dst_s1=s1, value=0.0)))
+    return out
+
+
+def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
+    """The input tile of step ``s``: (zero-border signature, VFILLs, DMA_LOADs).
+
+    The VFILLs zero the tile positions that fall in the padding; a buffer that last held a tile
+    with the same signature already has those zeros (DMAs write only the valid part).
+    """
+    if t.unfold:
+        return _unfolded_loads(p, t, s)
+    es, g = p.es, input_geometry(p, t)
+    sh, sw, sc = p.x_strides
+    rows, cols = p.y.span(s.th), p.x.span(s.tw)
+    ylo, yhi = p.y.valid(s.oy0, s.th)
+    xlo, xhi = p.x.valid(s.ox0, s.tw)
+    row_b, pix_b = g.row_elems * es, g.slot * es
+    dt = p.dtype.name
+    fills: list[Instr] = []
+    if yhi <= ylo or xhi <= xlo:
+        return ("empty", rows, cols), _fill(dt, 0, cols * s.tc, rows, row_b, es), []
+    fills += _fill(dt, 0, cols * s.tc, ylo, row_b, es)
+    fills += _fill(dt, yhi * row_b, cols * s.tc, rows - yhi, row_b, es)
+    fills += _fill(dt, ylo * row_b, xlo * s.tc, yhi - ylo, row_b, es)
+    fills += _fill(dt, ylo * row_b + xhi * pix_b, (cols - xhi) * s.tc, yhi - ylo, row_b, es)
+    iy = p.y.start(s.oy0) + ylo * p.y.in_step
+    ix = p.x.start(s.ox0) + xlo * p.x.in_step
+    dram = p.x_addrs[s.b] + iy * sh + ix * sw + s.c0 * sc
+    loads = []
+    for r in range(0, yhi - ylo, _MAX_COUNT):
+        n2 = min(_MAX_COUNT, yhi - ylo - r)
+        loads.append(("DMA_LOAD", dict(
+            esize=es, dram_addr=dram + r * p.y.in_step * sh, local_addr=(ylo + r) * row_b + xlo * pix_b,
+            n0=s.tc, n1=xhi - xlo, n2=n2, dram_s0=sc, dram_s1=p.x.in_step * sw, dram_s2=p.y.in_step * sh,
+            local_s1=pix_b, local_s2=row_b,
+        )))
+    sig = ("dense", rows, cols, s.tc, ylo, yhi, xlo, xhi)
+    return sig, fills, loads
+
+
+def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
+    es, g = p.es, input_geometry(p, t)
+    sh, sw, sc = p.x_strides
+    cols = p.x.span(s.tw)
+    xlo, xhi = p.x.valid(s.ox0, s.tw)
+    row_b, pix_b = g.row_elems * es, g.slot * es
+    dt = p.dtype.name
+    fills: list[Instr] = []
+    loads: list[Instr] = []
+    sig: list[Any] = ["unfold", s.th, cols, s.tc, xlo, xhi]
+    if xhi <= xlo:
+        return tuple(sig), _fill(dt, 0, cols * g.slot, s.th, row_b, es), []
+    fills += _fill(dt, 0, xlo * g.slot, s.th, row_b, es)
+    fills += _fill(dt, xhi * pix_b, (cols - xhi) * g.slot, s.th, row_b, es)
+    ix = p.x.start(s.ox0) + xlo
+    for ky in range(p.y.kernel):
+        start = s.oy0 * p.y.stride + ky * p.y.dilation - p.y.pad
+        lo = 0 if start >= 0 else min(s.th, -(-(-start) // p.y.stride))
+        hi = max(lo, min(s.th, -(-(p.y.size - start) // p.y.stride)))
+        sig.append((lo, hi))
+        for r in list(range(0, lo)) + list(range(hi, s.th)):
+            fills += _fill(dt, r * row_b + xlo * pix_b + ky * s.tc * es, s.tc, xhi - xlo, pix_b, es)
+        if hi > lo:
+            iy = start + lo * p.y.stride
+            loads.append(("DMA_LOAD", dict(
+                esize=es, dram_addr=p.x_addrs[s.b] + iy * sh + ix * sw + s.c0 * sc,
+                local_addr=lo * row_b + xlo * pix_b + ky * s.tc * es,
+                n0=s.tc, n1=xhi - xlo, n2=hi - lo, dram_s0=sc, dram_s1=sw, dram_s2=p.y.stride * sh,
+                local_s1=pix_b, local_s2=row_b,
+            )))
+    return tuple(sig), fills, loads
+
+
+def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
+    """DMA_LOADs of the weight block of step ``s`` (layout: see ``npuc.schedule.problem``)."""
+    es = p.es
+    sky, skx, sc, sn = p.w_strides
+    kh, kw = p.y.kernel, p.x.kernel
+    base = p.w_addrs[s.b] + s.n0 * sn + s.c0 * sc
+    out: list[Instr] = []
+    if p.weights_n_major:
+        krows = weight_rows(p, s.tc)
+        for ky in range(kh):
+            for kx in range(kw):
+                row0 = (kx * kh + ky) * s.tc if t.unfold else (ky * kw + kx) * s.tc
+                out.append(("DMA_LOAD", dict(
+                    esize=es, dram_addr=base + ky * sky + kx * skx, local_addr=row0 * es,
+                    n0=s.tc, n1=s.tn, dram_s0=sc, dram_s1=sn, local_s1=krows * es,
+                )))
+        return out
+    row_b = s.tn * es
+    if t.unfold:  # rows (kx, ky, c): one transfer per kx
+        for kx in range(kw):
+            out.append(("DMA_LOAD", dict(
+                esize=es, dram_addr=base + kx * skx, local_addr=kx * kh * s.tc * row_b,
+                n0=s.tn, n1=s.tc, n2=kh, dram_s0=sn, dram_s1=sc, dram_s2=sky,
+                local_s1=row_b, local_s2=s.tc * row_b,
+            )))
+    elif kh == 1 or sky == kw * skx:  # rows (ky, kx, c) evenly strided: one transfer
+        out.append(("DMA_LOAD", dict(
+            esize=es, dram_addr=base, local_addr=0, n0=s.tn, n1=s.tc, n2=kh * kw,
+            dram_s0=sn, dram_s1=sc, dram_s2=skx if kw > 1 or kh == 1 else sky,
+            local_s1=row_b, local_s2=s.tc * row_b,
+        )))
+    else:
+        for ky in range(kh):
+            out.append(("DMA_LOAD", dict(
+                esize=es, dram_addr=base + ky * sky, local_addr=ky * kw * s.tc * row_b,
+                n0=s.tn, n1=s.tc, n2=kw, dram_s0=sn, dram_s1=sc, dram_s2=skx,
+                local_s1=row_b, local_s2=s.tc * row_b,
+            )))
+    return out
+
+
+def output_store(p: ArrayProblem, s: Step) -> Instr:
+    """DMA_STORE of the output tile ``[th][tw][tn]`` (scratchpad rows of ``tn`` elements)."""
+    es = p.es
+    soy, sox, sn = p.out_strides
+    return ("DMA_STORE", dict(
+        esize=es, dram_addr=p.out_addrs[s.b] + s.oy0 * soy + s.ox0 * sox + s.n0 * sn, local_addr=0,
+        n0=s.tn, n1=s.tw, n2=s.th, dram_s0=sn, dram_s1=sox, dram_s2=soy,
+        local_s1=s.tn * es, local_s2=s.tw * s.tn * es,
+    ))
+
+
+def operand_load(p: ArrayProblem, op: OperandLayout, s: Step) -> tuple[tuple, Instr]:
+    """The operand tile of step ``s`` (key for reuse, DMA_LOAD): ``[1 or th*tw][1 or tn]``."""
+    es = p.es
+    soy, sox, sn = op.strides
+    dram = op.addrs[s.b] + s.oy0 * soy + s.ox0 * sox + s.n0 * sn
+    cols = 1 if op.channel_broadcast else s.tn
+    if op.spatial_broadcast:
+        key = (dram, 1, 1, cols)
+        return key, ("DMA_LOAD", dict(esize=es, dram_addr=dram, local_addr=0, n0=cols, dram_s0=sn or es))
+    key = (dram, s.th, s.tw, cols)
+    return key, ("DMA_LOAD", dict(
+        esize=es, dram_addr=dram, local_addr=0, n0=cols, n1=s.tw, n2=s.th,
+        dram_s0=sn or es, dram_s1=sox, dram_s2=soy, local_s1=cols * es, local_s2=s.tw * cols * es,
+    ))
