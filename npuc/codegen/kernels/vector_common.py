@@ -96,10 +96,11 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
     ``c0 .. c0+nc``, of a channels-last ``[N, C, H, W]`` tensor into ``buf`` laid out
     ``[rin][wp][nc]`` with the image at column ``pl``; every cell outside the image (padding,
     and whatever a ceil-mode window reaches) is filled with ``fill`` by VFILL, only where this
-    block has such cells."""
+    block has such cells.  Input columns past the last window are not loaded."""
     from npuc.codegen.epilogue import dma_nd, f32
 
-    h, w = x.shape[2], x.shape[3]
+    h = x.shape[2]
+    w = min(x.shape[3], wp - pl)  # columns no window reaches are not loaded
     es = x.dtype.size
     dt = x.dtype.name
     row_s, px_s = wp * nc * es, nc * es
