@@ -70,8 +70,9 @@ def test_expand_broadcasts_from_one_load():
     assert sum(i.args.n0 * i.args.n1 * i.args.n2 for i in loads) == 24  # each source element read once
 
 
-def test_nearest_upsample_x2():
-    n, c, h, w = 1, 16, 7, 5
+@pytest.mark.parametrize("target,size", [("npu-mid", (1, 16, 7, 5)), ("npu-large", (1, 64, 28, 28))])
+def test_nearest_upsample_x2(target, size):
+    n, c, h, w = size
     v = _rand((n, c, h, w))
     es = 2
     # the upsampled output [N, C, 2H, 2W] seen as [N, C, H, 2, W, 2]; the source expanded over the 2s
@@ -83,7 +84,7 @@ def test_nearest_upsample_x2():
     out = DramTensor("y", (n, c, h, 2, w, 2), F16, 0, (oN, oC, 2 * oH, oH, 2 * oW, oW))
     k = Kernel("up", "copy", (src,), out)
     vals = np.broadcast_to(v[:, :, :, None, :, None], (n, c, h, 2, w, 2))
-    run = run_kernel(k, MID, {"x": vals})
+    run = run_kernel(k, load_target(target), {"x": vals})
     expect = v.repeat(2, axis=2).repeat(2, axis=3)
     got = out_full.at(run.kernel.output.addr).to_numpy(np.frombuffer(run.result.dram, np.uint8))
     np.testing.assert_array_equal(got, expect)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, pipeline
+from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, overlap_cap, pipeline
 from npuc.codegen.tensor import DramTensor
 from npuc.errors import CompileError
 
@@ -136,7 +136,7 @@ class CopyKernel:
         src, dst = _canon(kernel)
         es = dst.dtype.size
         per_set = target.scratchpad.size_bytes // NSETS
-        budget = per_set // es
+        budget = overlap_cap(dst.numel, per_set // es, 8192 // es)
         while True:
             ext = _extents(src, dst, budget)
             reorder = _needs_reorder(src, ext)
@@ -158,10 +158,11 @@ class CopyKernel:
         es = dst.dtype.size
         arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
         tile_bytes = math.prod(p.extents) * es
+        uniq_bytes = math.prod(e for d, e in enumerate(p.extents) if src.strides[d] != 0) * es
         sets = []
         for i in range(NSETS):
             out_buf = arena.alloc(tile_bytes, f"tile {i}")
-            in_buf = arena.alloc(tile_bytes, f"source tile {i}") if p.reorder else out_buf
+            in_buf = arena.alloc(uniq_bytes, f"source tile {i}") if p.reorder else out_buf
             sets.append((in_buf, out_buf))
         starts = [range(0, n, e) for n, e in zip(p.shape, p.extents)]
         dorder = list(range(dst.rank))

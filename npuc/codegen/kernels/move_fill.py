@@ -1,7 +1,7 @@
 """``fill``: every element of the output view becomes one constant (padding borders, zeros).
 
-One VFILL writes a scratchpad buffer as large as the output (up to a quarter of the
-scratchpad) once; DMA stores then copy it to each block of the output view, seen in its physical
+One VFILL writes a scratchpad buffer as large as the output (up to 32 KiB: a larger one would
+only delay the first store) once; DMA stores then copy it to each block of the output view, seen in its physical
 order with dimensions merged (:func:`canonical`).  The buffer is never rewritten, so the stores
 follow each other back to back on the DRAM port.
 """
@@ -14,6 +14,8 @@ from npuc.codegen.epilogue import MAX_COUNT, Tile, f32, rows_block, store_pieces
 from npuc.codegen.kernel import FillAttrs, Kernel, Plan, SramArena, register_kernel
 from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, largest_fitting, tile_grid
 from npuc.errors import CompileError
+
+_BUFFER_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class FillKernel:
         es = out.dtype.size
         cols = out.shape[-1]
         rows = out.numel // cols
-        budget = target.scratchpad.size_bytes // 4
+        budget = min(target.scratchpad.size_bytes // 4, _BUFFER_BYTES)
         tc = min(cols, MAX_COUNT, max(1, budget // es))
         tr = 1 if tc < cols else largest_fitting(lambda r: r * cols * es, budget, min(rows, MAX_COUNT))
         if tr == 0:

@@ -80,16 +80,20 @@ class ReduceKernel:
         es = kernel.dtype.size
         L, K = sp.length, sp.rows
         budget = target.scratchpad.size_bytes // NSETS - 2 * _r(min(K, MAX_N) * 4)
-        chunk = min(L, MAX_N, max(1, budget // es))
         limit = min(K, MAX_N, 32767 if sp.column_mode else MAX_N)
-        rows = largest_fitting(lambda r: _r(r * chunk * es), budget, limit)
+        inner = sp.kept_shape[-1]
+        if sp.column_mode:
+            # rows: whole contiguous runs of the innermost kept dimension (up to 256 of them: long
+            # DRAM runs), then as many reduced elements as fit
+            rows = min(limit, inner * max(1, 256 // inner) if inner <= 256 else 256)
+            chunk = min(L, MAX_N, max(1, budget // (rows * es)))
+        else:
+            chunk = min(L, MAX_N, max(1, budget // es))
+            rows = largest_fitting(lambda r: _r(r * chunk * es), budget, limit)
+            if rows and chunk == L:
+                rows = overlap_cap(K, rows, max(1, 4096 // (L * es)))
         if rows == 0:
             raise CompileError(f"kernel '{kernel.name}': no reduce tile fits {budget} bytes of scratchpad")
-        inner = sp.kept_shape[-1]
-        if sp.column_mode and rows > inner:
-            rows = rows // inner * inner  # whole contiguous runs of the kept dimension
-        elif chunk == L:
-            rows = overlap_cap(K, rows, max(1, 4096 // (L * es)))
         kt = -(-K // rows)
         if kt < PIPELINE_TILES:  # few row blocks: cut the rows so loads overlap the reductions
             chunk = min(chunk, max(256, -(-L // -(-PIPELINE_TILES // kt))))
