@@ -256,7 +256,7 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
         mm, count = costs.compute(s)
         instrs += 2 * count
         array += mm
-        start = max(t_comp + fill_cycles, ready)
+        start = max(t_comp, ready) + fill_cycles
         t_comp = start + mm
         xp.free_at[x_slot] = t_comp
         wp.free_at[w_slot] = t_comp

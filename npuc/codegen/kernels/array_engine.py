@@ -4,8 +4,8 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
 :class:`~npuc.schedule.problem.ArrayTiling` by walking the same loop nest as the cost model
 (:func:`npuc.schedule.problem.steps`).  Per step:
 
-1. the input tile, unless a buffer already holds it: VFILL of the zero border (only when the
-   buffer's last tile had a different border), then the DMA of the valid part;
+1. the input tile, unless a buffer already holds it: the DMA of the valid part, then VFILL of
+   the zero border (only when the buffer's last tile had a different border);
 2. the weight block, unless a buffer already holds it;
 3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
    and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
@@ -114,12 +114,14 @@ class ArrayEngine:
         if hit:
             return base
         sig, fills, loads = input_loads(self.p, self.t, s)
+        for op, f in loads:
+            self.em.emit(op, **_shifted(f, base, ("local_addr",)))
+        # The border is zeroed after the load is issued: the two write disjoint elements, and a
+        # VFILL first would hold the load behind the compute queue (no prefetch).
         if self.x_sig.get(slot) != sig:
             self.x_sig[slot] = sig
             for op, f in fills:
                 self.em.emit(op, **_shifted(f, base, ("dst",)))
-        for op, f in loads:
-            self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         return base
 
     def _weights(self, s: Step) -> int:
