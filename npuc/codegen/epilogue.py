@@ -164,7 +164,7 @@ def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[tuple[int
     return tuple(n for n, _ in out), tuple(tuple(ss[k] for _, ss in out) for k in range(len(strides)))
 
 
-def _split_range(shape: tuple[int, ...], start: int, count: int) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+def split_range(shape: tuple[int, ...], start: int, count: int) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
     """Rectangles (first linear index, start index, block shape) covering the row-major range
     ``start .. start+count`` of a multi-index over ``shape``."""
     if count <= 0:
@@ -177,7 +177,7 @@ def _split_range(shape: tuple[int, ...], start: int, count: int) -> Iterator[tup
     pos = start
     if off:
         n = min(count, inner - off)
-        for p, idx, blk in _split_range(shape[1:], off, n):
+        for p, idx, blk in split_range(shape[1:], off, n):
             yield pos + p - off, (i0,) + idx, (1,) + blk
         pos += n
         count -= n
@@ -189,7 +189,7 @@ def _split_range(shape: tuple[int, ...], start: int, count: int) -> Iterator[tup
         count -= full * inner
         i0 += full
     if count:
-        for p, idx, blk in _split_range(shape[1:], 0, count):
+        for p, idx, blk in split_range(shape[1:], 0, count):
             yield pos + p, (i0,) + idx, (1,) + blk
 
 
@@ -202,7 +202,7 @@ def rows_block(t: DramTensor, row_dims: Sequence[int], col_dim: int, r0: int, nr
     cs = t.strides[col_dim] if col_dim is not None else 0
     base = t.addr + c0 * cs
     pieces = []
-    for first, idx, blk in _split_range(rshape, r0, nr):
+    for first, idx, blk in split_range(rshape, r0, nr):
         addr = base + sum(i * s for i, s in zip(idx, rstr))
         view = DramTensor(t.name, tuple(blk) + (nc,), t.dtype, addr, tuple(rstr) + (cs,))
         pieces.append(Piece(first - r0, view))
@@ -438,7 +438,7 @@ def epilogue_blocks(epilogue: Sequence[EpilogueOp], block: Callable[[DramTensor]
     return tuple(block(e.operand) if e.operand is not None else None for e in epilogue)
 
 
-def _broadcast_kind(pieces: Sequence[Piece]) -> str:
+def broadcast_kind(pieces: Sequence[Piece]) -> str:
     """'scalar', 'row' (every row the same), 'col' (one value per row) or 'full'."""
     col0 = all(p.view.strides[-1] == 0 or p.view.shape[-1] == 1 for p in pieces)
     same_rows = all(
@@ -456,7 +456,7 @@ def _broadcast_kind(pieces: Sequence[Piece]) -> str:
 def load_operand(em: Any, pieces: Sequence[Piece], rows: int, cols: int, dtype: DType, addr: int, capacity: int) -> Tile:
     """Load one operand block with the fewest bytes into ``addr``; the returned tile has zero
     strides where the block broadcasts (so ``tile.rows x tile.cols`` covers the whole block)."""
-    kind = _broadcast_kind(pieces)
+    kind = broadcast_kind(pieces)
     es = dtype.size
     v = pieces[0].view
     need = {"scalar": es, "row": cols * es, "col": rows * es, "full": rows * cols * es}[kind]
@@ -528,7 +528,7 @@ def epilogue_lane_ops(epilogue: Sequence[EpilogueOp]) -> int:
     return total
 
 
-def _vun(em: Any, tile: Tile, op: str, imm0: float = 0.0, imm1: float = 0.0, src: Tile | None = None) -> None:
+def emit_vun(em: Any, tile: Tile, op: str, imm0: float = 0.0, imm1: float = 0.0, src: Tile | None = None) -> None:
     """One VUN over ``tile`` (in place, or from ``src`` of the same size), rows split if needed."""
     src = src or tile
     for r0 in range(0, tile.rows, MAX_COUNT):
@@ -539,7 +539,7 @@ def _vun(em: Any, tile: Tile, op: str, imm0: float = 0.0, imm1: float = 0.0, src
                 src_s1=src.s1 if n1 > 1 else 0, imm0=f32(imm0), imm1=f32(imm1))
 
 
-def _vbin(em: Any, dst: Tile, op: str, a: Tile, b: Tile) -> None:
+def emit_vbin(em: Any, dst: Tile, op: str, a: Tile, b: Tile) -> None:
     """One VBIN dst = a op b (all the size of ``dst``; zero strides broadcast)."""
     for r0 in range(0, dst.rows, MAX_COUNT):
         n1 = min(MAX_COUNT, dst.rows - r0)
@@ -585,16 +585,16 @@ def _scalar_steps(e: EpilogueOp) -> list[tuple[str, float, float]]:
 def _operand_step(em: Any, e: EpilogueOp, tile: Tile, opnd: Tile) -> None:
     """A binary epilogue op with a DRAM operand already loaded as ``opnd``."""
     if e.op in ("add", "mul", "maximum", "minimum"):
-        _vbin(em, tile, _VBIN[e.op], tile, opnd)
+        emit_vbin(em, tile, _VBIN[e.op], tile, opnd)
     elif e.op == "sub":
-        _vbin(em, tile, "sub", opnd, tile) if e.operand_first else _vbin(em, tile, "sub", tile, opnd)
+        emit_vbin(em, tile, "sub", opnd, tile) if e.operand_first else emit_vbin(em, tile, "sub", tile, opnd)
     elif e.op == "div":
         if e.operand_first:
-            _vun(em, tile, "reciprocal")
+            emit_vun(em, tile, "reciprocal")
         else:
             stored = Tile(opnd.addr, 1 if opnd.s1 == 0 else opnd.rows, 1 if opnd.s0 == 0 else opnd.cols, opnd.dtype, space=opnd.space)
-            _vun(em, stored, "reciprocal")
-        _vbin(em, tile, "mul", tile, opnd)
+            emit_vun(em, stored, "reciprocal")
+        emit_vbin(em, tile, "mul", tile, opnd)
     else:
         raise CompileError(f"epilogue op '{e.op}' with a tensor operand is not supported")
 
@@ -615,7 +615,7 @@ def apply_epilogue(em: Any, epilogue: Sequence[EpilogueOp], tile: Tile, operands
         else:
             raise CompileError(f"epilogue step {e} has neither an operand nor a scalar")
         for op, i0, i1 in steps:
-            _vun(em, tile, op, i0, i1)
+            emit_vun(em, tile, op, i0, i1)
 
 
 def emit_epilogue(em: Any, epilogue: Sequence[EpilogueOp], tile: Tile, bufs: EpilogueBuffers,

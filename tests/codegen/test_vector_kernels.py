@@ -15,7 +15,7 @@ import torch.nn.functional as Fn
 
 from npuc.codegen.harness import epilogue_reference, run_kernel
 from npuc.codegen.kernel import EpilogueOp, Kernel, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs, get_kernel
-from npuc.codegen.tensor import NCHW, NHWC, DramTensor
+from npuc.codegen.tensor import NHWC, DramTensor
 from npuc.errors import CompileError
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.isa.enums import DType

@@ -30,8 +30,8 @@ from npuc.codegen.epilogue import (
     load_pieces,
     rows_block,
     store_pieces,
-    _broadcast_kind,
-    _vun,
+    broadcast_kind,
+    emit_vun,
     ALIGN,
     MAX_COUNT,
 )
@@ -136,7 +136,7 @@ class EltwiseKernel:
             tile = Tile(taddr, nr, nc, k.dtype)
             xp = block(x, i)
             src = None
-            if xbuf is None or _broadcast_kind(xp) == "full":
+            if xbuf is None or broadcast_kind(xp) == "full":
                 load_pieces(em, xp, tile)
             else:
                 src = load_operand(em, xp, nr, nc, k.dtype, xbuf[0], xbuf[1])
@@ -146,7 +146,7 @@ class EltwiseKernel:
         def compute(i: int) -> None:
             tile, src, loaded = pending.pop(i)
             if src is not None:
-                _vun(em, tile, "copy", src=src)
+                emit_vun(em, tile, "copy", src=src)
             apply_epilogue(em, k.epilogue, tile, loaded)
             store_pieces(em, tile, block(k.output, i))
 

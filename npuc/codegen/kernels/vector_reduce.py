@@ -14,7 +14,6 @@ fp32, and only the final result is rounded to fp16; max and min are exact.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, f32

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from npuc.codegen.epilogue import _split_range, dma_nd, merge_dims
+from npuc.codegen.epilogue import split_range, dma_nd, merge_dims
 from npuc.codegen.tensor import DramTensor
 
 
@@ -80,10 +80,10 @@ def move_tile(em: Any, op: str, space: RowSpace, which: int, addr: int, k0: int,
     DMA_LOAD or DMA_STORE)."""
     kstr = space.kept_strides[which]
     rstr = space.red_strides[which]
-    for kf, kidx, kblk in _split_range(space.kept_shape, k0, nk):
+    for kf, kidx, kblk in split_range(space.kept_shape, k0, nk):
         koff = sum(i * s for i, s in zip(kidx, kstr))
         kloc = _dense_local(kblk, kst)
-        for lf, lidx, lblk in _split_range(space.red_shape, l0, nl):
+        for lf, lidx, lblk in split_range(space.red_shape, l0, nl):
             loff = sum(i * s for i, s in zip(lidx, rstr))
             lloc = _dense_local(lblk, lst)
             dma_nd(em, op, addr + koff + loff, tuple(kblk) + tuple(lblk), tuple(kstr) + tuple(rstr),
