@@ -30,11 +30,15 @@ Typical use by a kernel that double-buffers its output tiles::
     bufs = [alloc_epilogue(arena, k.epilogue, rows, cols, k.dtype, col_dim=1) for _ in range(2)]
     ...
     blocks = epilogue_blocks(k.epilogue, lambda t: channels_last_block(t, r0, nr, c0, nc))
-    loaded = load_epilogue_operands(em, k.epilogue, bufs[i % 2], blocks)   # early: overlaps
+    loaded = load_epilogue_operands(em, k.epilogue, bufs[i % 2], blocks, nr, nc)  # early: overlaps
     ...compute the tile...
     emit_acc_to_tile(em, acc_tile, tile)
     apply_epilogue(em, k.epilogue, tile, loaded)
     store_pieces(em, tile, channels_last_block(k.output, r0, nr, c0, nc))
+
+Emit a tile's loads one or two tiles ahead of its compute (after the previous tile's compute), not
+just before it: a load into a buffer that an earlier store read is ordered by a relay NOP placed
+in the compute queue where the load is emitted (see ``npuc.codegen.kernels.vector_common.pipeline``).
 
 Numerics: fp16 tiles are transformed in place, each step computed in fp32 by the vector unit and
 rounded to fp16 (as PyTorch's fp16 elementwise ops do).  The dtype-specific choices (which
