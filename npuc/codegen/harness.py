@@ -39,11 +39,15 @@ class KernelRun:
 def place(kernel: Kernel) -> tuple[Kernel, int]:
     """The kernel with every distinct tensor (by name) at its own DRAM address; the DRAM size."""
     addrs: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for t in kernel.tensors():
+        ends[t.name] = max(ends.get(t.name, 0), t.addr + t.span)
     top = _ALIGN
     for t in kernel.tensors():
         if t.name not in addrs:
             addrs[t.name] = top
-            top += -(-max(t.span, 1) // _ALIGN) * _ALIGN
+            # a view may start past its base (a slot of a concat output): reserve through its end
+            top += -(-max(ends[t.name], 1) // _ALIGN) * _ALIGN
 
     def moved(t: DramTensor) -> DramTensor:
         return t.at(addrs[t.name] + t.addr)
