@@ -8,8 +8,8 @@ An inference ``batch_norm`` is the per-channel affine map ``y = x * scale + shif
   a new weight ``W * scale`` and bias ``b * scale + shift``.
 - Any other batch norm with constant statistics becomes ``mul`` and ``add`` by constants.
 
-So no ``batch_norm`` with constant operands remains.  The arithmetic runs in float64 and is
-rounded once to the weights' type.
+So no ``batch_norm`` with constant operands remains.  The per-channel scale and shift are
+computed in float64; the weight is multiplied in its own type (one rounding per element).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _into_producer(p: Node, rw: Rewriter, scale: torch.Tensor, shift: torch.Tens
     if w is None or (len(p.inputs) == 3 and b is None):
         return None
     dtype = w.dtype
-    new_w = (w.double() * scale.reshape(expand)).to(dtype)
+    new_w = w * scale.to(dtype).reshape(expand)
     old_b = b.double() if b is not None else torch.zeros_like(scale)
     new_b = (old_b * scale + shift).to(dtype)
     wname = rw.producer(p.inputs[1]).attrs.name
