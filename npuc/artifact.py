@@ -20,6 +20,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from npuc.errors import BinaryFormatError, NpucError, TargetError
+from npuc.isa import decode_program
+from npuc.isa.instr import Program
 from npuc.runtime.npub import Npub, load_npub
 
 
@@ -91,13 +93,13 @@ def _report(packaged, records) -> CompileReport:
 class Artifact:
     """A compiled model for one target: run it, profile it, save it."""
 
-    def __init__(self, npub: Npub, target, report: CompileReport | None = None) -> None:
+    def __init__(self, npub: Npub, target, report: CompileReport | None = None, programs=None) -> None:
         from npuc.runtime.executor import Executor
 
         self.npub = npub
         self.target = target
         self.report = report
-        self._executor = Executor(npub, target)
+        self._executor = Executor(npub, target, programs)
 
     @property
     def model_name(self) -> str:
@@ -213,7 +215,12 @@ def compile(  # noqa: A001 (the API's name)
     g = run_graph_passes(g, print_after=graph_names, records=records, **runner_opts)
     packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
                            records=records, on_stage=on_stage, **runner_opts)
-    return Artifact(packaged.npub, tgt, _report(packaged, records))
+    return _artifact(packaged, tgt, records)
+
+
+def _artifact(packaged, tgt, records) -> Artifact:
+    programs = tuple(c.program for c in packaged.compiled.codes)
+    return Artifact(packaged.npub, tgt, _report(packaged, records), programs)
 
 
 def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:
@@ -224,7 +231,7 @@ def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: An
     tgt = resolve_target(target)
     records: list = []
     packaged = run_backend(g, tgt, choose_precision(tgt, quantize), records=records, **runner_opts)
-    return Artifact(packaged.npub, tgt, _report(packaged, records))
+    return _artifact(packaged, tgt, records)
 
 
 def load(path: str | Path | bytes, target=None) -> Artifact:
@@ -239,6 +246,13 @@ def load(path: str | Path | bytes, target=None) -> Artifact:
             raise BinaryFormatError(f"cannot read '{p}': {e.strerror}") from None
         source = str(p)
     expected = resolve_target(target) if target is not None else None
-    npub = load_npub(data, expected_target=expected, source=source)
+    decoded: list = []
+
+    def decode(code: bytes):
+        instrs = decode_program(code)
+        decoded.append(Program(tuple(instrs)))
+        return instrs
+
+    npub = load_npub(data, expected_target=expected, source=source, decode_code=decode)
     tgt = expected if expected is not None else target_of(npub)
-    return Artifact(npub, tgt)
+    return Artifact(npub, tgt, None, tuple(decoded))

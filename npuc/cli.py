@@ -51,6 +51,10 @@ def main() -> None:
       npuc ops                                  the graph ops and the ATen ops they come from
       npuc targets                              the NPU presets and their key figures
       npuc asm prog.s -o prog.bin               assemble NPU code; `npuc sim` runs it
+      npuc compile torchvision:resnet18 -o r.npub   compile for the default NPU
+      npuc run r.npub                           run it on the simulator, check against PyTorch
+      npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy
+      npuc demo                                 all of it on MobileNetV2
     """
 
 
@@ -221,6 +225,189 @@ def disasm_cmd(binary):
     from npuc.isa import decode_program, disassemble
 
     console.print(disassemble(decode_program(binary.read_bytes())), markup=False, end="")
+
+
+# ------------------------------------------------------------------------------------ compile
+
+
+def _stage_progress(status):
+    """An on_stage callback that shows the running stage in a rich status line."""
+
+    def on_stage(name: str) -> None:
+        status.update(f"compiling: {name}")
+
+    return on_stage
+
+
+@main.command("compile", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--target", "target", default=None, metavar="NAME|FILE",
+              help="A target preset name or a target .toml file (default: the default preset).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the .npub binary.")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None, help="Quantize the model (not available yet).")
+@click.option("--print-after", "print_after", multiple=True, metavar="STAGE",
+              help="Print the IR after this stage: a graph pass or partition, fuse, memory_plan, codegen, package.")
+@click.option("--print-after-all", is_flag=True, help="Print the IR after every stage.")
+@click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the IR of every stage to this folder.")
+@click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
+@user_errors
+def compile_cmd(model, target, output, quantize, print_after, print_after_all, dump_dir, explain):
+    """Compile MODEL for an NPU target into a .npub binary."""
+    import npuc
+    from npuc.zoo import load_model
+
+    module, inputs = load_model(model)
+    with console.status(f"compiling {model}") as status:
+        art = npuc.compile(module, inputs, target=target, quantize=quantize, name=model,
+                           on_stage=_stage_progress(status), print_after=print_after,
+                           print_after_all=print_after_all, dump_dir=dump_dir)
+        art.save(output)
+    report = art.report
+    console.print(f"{model} -> {output} for {art.target.name}: {output.stat().st_size:,} bytes", soft_wrap=True)
+    console.print(report.summary(), end="", soft_wrap=True, markup=False, emoji=False)
+    if explain:
+        console.print(report.explain(), end="", soft_wrap=True, markup=False, emoji=False)
+    elif report.cpu_ops:
+        console.print(f"{len(report.cpu_ops)} ops run on the CPU (--explain says which and why)")
+    times = ", ".join(f"{n} {s:.2f}s" for n, s in report.stage_seconds)
+    console.print(f"stage times: {times}", soft_wrap=True, markup=False)
+
+
+# ------------------------------------------------------------------------------------ run
+
+
+def _inputs_for(art, input_files, model):
+    """Inputs from .npy files, else the zoo model's example inputs (seed 0)."""
+    import numpy as np
+    import torch
+
+    if input_files:
+        return tuple(torch.from_numpy(np.load(f)) for f in input_files)
+    name = model or art.model_name
+    from npuc.zoo import ZOO
+
+    if name in ZOO:
+        return ZOO[name].make_inputs(0)
+    raise click.UsageError("give the inputs with --input file.npy (one per model input) or name a zoo model with --model")
+
+
+@main.command("run")
+@click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--input", "input_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A .npy file per model input, in order.")
+@click.option("--model", default=None, help="The model the binary was compiled from, to check the outputs against "
+              "PyTorch eager (default: the zoo model named in the binary, if any).")
+@click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
+@user_errors
+def run_cmd(binary, input_files, model, target):
+    """Run a .npub on the simulator; compare with PyTorch when the model is known."""
+    import npuc
+    from npuc.zoo import ZOO, load_model
+
+    art = npuc.load(binary, target=target)
+    inputs = _inputs_for(art, input_files, model)
+    with console.status("running on the simulator"):
+        outs = art.run(*inputs)
+    for i, o in enumerate(outs):
+        console.print(f"output {i}: shape {list(o.shape)}, mean {float(o.float().mean()):.4g}, "
+                      f"std {float(o.float().std()) if o.numel() > 1 else 0.0:.4g}")
+    name = model or (art.model_name if art.model_name in ZOO else None)
+    if name is None:
+        return
+    from npuc.report.accuracy import check_outputs
+
+    module, _ = load_model(name)
+    ok = True
+    for i, c in enumerate(check_outputs(outs, module, inputs)):
+        top1 = "" if c.argmax_same is None else f", same top-1: {'yes' if c.argmax_same else 'NO'}"
+        verdict = "[green]ok[/]" if c.ok else "[red]TOO FAR[/]"
+        console.print(f"output {i} vs PyTorch eager fp32: relative L2 error {c.rel_error:.2e} (PyTorch fp16 itself: "
+                      f"{c.fp16_rel_error:.2e}; tolerance {c.tolerance:.2e}), max abs error {c.max_abs_error:.3g}"
+                      f"{top1}: {verdict}")
+        ok = ok and c.ok
+    if not ok:
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------------------------ profile
+
+
+def _print_profile(prof, title: str) -> None:
+    from npuc.report.profile import PROFILE_COLUMNS, profile_rows, totals_text
+
+    t = Table(title=title)
+    for col in PROFILE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("layer", "op", "bound") else "right")
+    for row in profile_rows(prof):
+        t.add_row(*row)
+    console.print(t, width=max(console.width, 200))
+    console.print(totals_text(prof), soft_wrap=True, markup=False)
+
+
+@main.command("profile")
+@click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write a Perfetto trace (JSON).")
+@click.option("--target", "target", default=None, metavar="NAME|FILE", help="Profile on this target (checked).")
+@user_errors
+def profile_cmd(binary, trace, target):
+    """Per-layer cycles, utilization, traffic and energy of a .npub, and the totals."""
+    import npuc
+
+    art = npuc.load(binary, target=target)
+    with console.status("simulating"):
+        prof = art.profile(*_zero_inputs(art))
+    _print_profile(prof, f"{art.model_name or binary.name} on {art.target.name}")
+    if trace is not None:
+        prof.write_trace(trace)
+        console.print(f"trace -> {trace} (open in ui.perfetto.dev)")
+
+
+def _zero_inputs(art):
+    """Inputs of the right shapes and types (timing does not depend on the values)."""
+    import torch
+
+    from npuc.runtime.executor import logical_shape
+
+    out = []
+    for io in art.npub.io_signature.inputs:
+        dtype = torch.float32 if io.type.dtype.is_float else io.type.dtype.torch
+        out.append(torch.zeros(logical_shape(io.type), dtype=dtype))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------ demo
+
+
+@main.command("demo")
+@click.argument("model", default="torchvision:mobilenet_v2")
+@click.option("--target", "target", default=None, metavar="NAME|FILE", help="Target preset or file.")
+@user_errors
+def demo_cmd(model, target):
+    """Compile MODEL (default MobileNetV2), run it on the simulator, check it against PyTorch, profile it."""
+    import npuc
+    from npuc.report.accuracy import check_outputs
+    from npuc.zoo import load_model
+
+    module, inputs = load_model(model)
+    with console.status(f"compiling {model}") as status:
+        art = npuc.compile(module, inputs, target=target, name=model, on_stage=_stage_progress(status))
+    console.print(f"compiled {model} for {art.target.name}: " + art.report.summary(), end="", soft_wrap=True,
+                  markup=False, emoji=False)
+    console.print(art.report.explain(), end="", soft_wrap=True, markup=False, emoji=False)
+    with console.status("running on the simulator"):
+        outs = art.run(*inputs)
+    checks = check_outputs(outs, module, inputs)
+    for i, c in enumerate(checks):
+        verdict = "[green]within fp16 tolerance[/]" if c.ok else "[red]OUTSIDE fp16 tolerance[/]"
+        console.print(f"output {i}: relative L2 error vs PyTorch fp32 {c.rel_error:.2e} (tolerance {c.tolerance:.2e}, "
+                      f"PyTorch fp16 {c.fp16_rel_error:.2e}): {verdict}")
+    with console.status("profiling"):
+        prof = art.profile(*inputs)
+    _print_profile(prof, f"{model} on {art.target.name}")
+    if not all(c.ok for c in checks):
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,9 +35,10 @@ def node_flops(n: Node) -> int:
     return out * (10 if n.op in _TRANSCENDENTAL else 1)
 
 
-def node_seconds(n: Node) -> float:
-    """A node alone on the host: its FLOPs plus reading its inputs and writing its outputs."""
-    moved = sum(v.type.nbytes for v in n.inputs) + sum(v.type.nbytes for v in n.outputs)
+def node_seconds(n: Node, constants=frozenset()) -> float:
+    """A node alone on the host: its FLOPs plus reading its (non-constant) inputs and writing its
+    outputs (a gather's table is not read whole: only its output's worth)."""
+    moved = sum(v.type.nbytes for v in n.inputs if v not in constants) + sum(v.type.nbytes for v in n.outputs)
     return node_flops(n) / (HOST_GFLOPS * 1e9) + moved / (HOST_GBPS * 1e9)
 
 

@@ -29,6 +29,13 @@ PRODUCERS = frozenset({"conv2d", "gemm", "depthwise_conv2d", "eltwise"})
 def fuse(m: LoweredModel) -> LoweredModel:
     """``m`` with every fusable elementwise kernel merged into its producer."""
     pinned = {h.buffer for h in m.homes} | {b.name for b in m.buffers if b.kind == CONSTANT}
+    seen_in: dict[str, set[int]] = {}
+    for i, s in enumerate(m.segments):
+        if isinstance(s, NpuSegment):
+            for k in s.kernels:
+                for t in k.kernel.tensors():
+                    seen_in.setdefault(t.name, set()).add(i)
+    pinned |= {name for name, segs in seen_in.items() if len(segs) > 1}  # read by another segment
     segments = tuple(
         replace(s, kernels=tuple(fuse_kernels(list(s.kernels), pinned, m.target))) if isinstance(s, NpuSegment) else s
         for s in m.segments

@@ -214,13 +214,17 @@ class _Pass:
         buffers = dict(self.ctx.buffers)
         crossing = [v for v in defined_in if v in self.g.outputs or v in self.g.inputs
                     or any(j != defined_in[v] for j in used_in.get(v, ()))]
+        crossing_set = set(crossing)
         for v in crossing:
-            homes[v] = self._home(v, buffers)
+            npu_only = (v not in self.g.inputs and not self._escapes(v)
+                        and self.side.get(self.producer.get(v)) == NPU)
+            if not npu_only:  # NPU-to-NPU values need no home: kernels address their buffer
+                homes[v] = self._home(v, buffers)
         segments = []
         counts = {NPU: 0, CPU: 0}
         for i, (side, nodes) in enumerate(runs):
             ins = _unique(v for n in nodes for v in n.inputs if v not in consts and defined_in.get(v) != i)
-            outs = _unique(v for n in nodes for v in n.outputs if v in homes)
+            outs = _unique(v for n in nodes for v in n.outputs if v in crossing_set)
             name = f"{side}{counts[side]}"
             counts[side] += 1
             if side == NPU:
@@ -240,7 +244,7 @@ class _Pass:
             inputs=inputs,
             outputs=outputs,
             cpu_ops=tuple(
-                CpuOp(n.outputs[0].name, n.op, n.loc, self.reason[n], node_seconds(n))
+                CpuOp(n.outputs[0].name, n.op, n.loc, self.reason[n], node_seconds(n, consts))
                 for n in self.g.nodes if self.side.get(n) == CPU
             ),
             placement=tuple(

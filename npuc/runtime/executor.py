@@ -77,7 +77,7 @@ class SegmentRun:
 class Executor:
     """A validated container bound to a target, ready to run."""
 
-    def __init__(self, npub: Npub, target) -> None:
+    def __init__(self, npub: Npub, target, programs: tuple[Program, ...] | None = None) -> None:
         if npub.target_fingerprint != target.fingerprint():
             same = npub.target_name == target.name
             other = f"a different configuration of target '{target.name}'" if same else f"target '{target.name}'"
@@ -87,7 +87,9 @@ class Executor:
             )
         self.npub = npub
         self.target = target
-        self.programs = tuple(Program(tuple(decode_program(p))) for p in npub.code_segments)
+        if programs is None:  # decode (a compiler hands over the programs it made)
+            programs = tuple(Program(tuple(decode_program(p))) for p in npub.code_segments)
+        self.programs = tuple(programs)
         self._cpu_graphs: dict[int, object] = {}
         meta = dict(npub.metadata.extra) if npub.metadata else {}
         self.cpu_estimates = [row[1] for row in json.loads(meta.get("npuc.cpu", "[]"))]
