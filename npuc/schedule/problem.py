@@ -260,11 +260,14 @@ class InputGeometry:
         return self.rows * self.row_elems
 
 
-def input_geometry(p: ArrayProblem, t: ArrayTiling) -> InputGeometry:
+def input_geometry(p: ArrayProblem, t: ArrayTiling, tc: int | None = None) -> InputGeometry:
+    """Layout of input tiles holding ``tc`` channels (default: the tiling's block); a narrower
+    last reduction block packs its pixels tighter in the same buffer."""
+    tc = t.tc if tc is None else tc
     cols = p.x.span(t.tw)
     if t.unfold:
-        return InputGeometry(t.th, cols, p.y.kernel * t.tc)
-    return InputGeometry(p.y.span(t.th), cols, t.tc)
+        return InputGeometry(t.th, cols, p.y.kernel * tc)
+    return InputGeometry(p.y.span(t.th), cols, tc)
 
 
 def can_unfold(p: ArrayProblem) -> bool:
@@ -274,7 +277,7 @@ def can_unfold(p: ArrayProblem) -> bool:
 
 def chunks(p: ArrayProblem, t: ArrayTiling, tc: int, rows: int) -> list[Chunk]:
     """The reduction of one block of ``tc`` channels cut in chunks of at most ``rows``."""
-    g = input_geometry(p, t)
+    g = input_geometry(p, t, tc)
     kh, kw = p.y.kernel, p.x.kernel
     runs: list[tuple[int, int, int]] = []  # (in_off, w_row, length)
     if t.unfold:

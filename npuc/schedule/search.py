@@ -97,6 +97,21 @@ def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
     return out[:MAX_CANDIDATES]
 
 
+def small_candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
+    """Shrinking tilings for layers the main sweep cannot fit: narrow column tiles, single
+    output rows, one array-width of output channels, reduction blocks down to one channel."""
+    tn = min(target.array.cols, p.n)
+    m_cap = target.accumulator.size_bytes // (tn * 4)
+    tcs = sorted({min(p.c, max(1, target.array.rows >> i)) for i in range(8)}, reverse=True)
+    out: list[ArrayTiling] = []
+    tw = max(1, min(p.x.out, m_cap))  # the last is the smallest tiling: the error reports it
+    while tw >= 1 and len(out) < MAX_CANDIDATES:
+        for tc in tcs:
+            out.append(ArrayTiling(1, tw, tn, tc))
+        tw = tw // 2 if tw > 1 else 0
+    return out
+
+
 def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
     """Make weight blocks, then input tiles, resident when the scratchpad holds them all."""
     size = target.scratchpad.size_bytes
@@ -151,15 +166,18 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     ranked: list[tuple] = []
     smallest: tuple[int, int] | None = None
-    for t in candidates(target, p):
-        t = _with_buffers(target, p, t)
-        fp = footprint(p, t)
-        spad, acc = fp.spad(t), fp.acc
-        if smallest is None or (spad, acc) < smallest:
-            smallest = (spad, acc)
-        if spad > target.scratchpad.size_bytes or acc > target.accumulator.size_bytes:
-            continue
-        ranked.append((quick_estimate(target, p, t), spad, str(t), t))
+    for sweep in (candidates, small_candidates):
+        for t in sweep(target, p):
+            t = _with_buffers(target, p, t)
+            fp = footprint(p, t)
+            spad, acc = fp.spad(t), fp.acc
+            if smallest is None or (spad, acc) < smallest:
+                smallest = (spad, acc)
+            if spad > target.scratchpad.size_bytes or acc > target.accumulator.size_bytes:
+                continue
+            ranked.append((quick_estimate(target, p, t), spad, str(t), t))
+        if ranked:
+            break
     if not ranked:
         need = f"{smallest[0]} bytes of scratchpad and {smallest[1]} bytes of accumulator" if smallest else "an output tile"
         raise CompileError(

@@ -36,7 +36,7 @@ def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[I
     """
     if t.unfold:
         return _unfolded_loads(p, t, s)
-    es, g = p.es, input_geometry(p, t)
+    es, g = p.es, input_geometry(p, t, s.tc)
     sh, sw, sc = p.x_strides
     rows, cols = p.y.span(s.th), p.x.span(s.tw)
     ylo, yhi = p.y.valid(s.oy0, s.th)
@@ -66,7 +66,7 @@ def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[I
 
 
 def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
-    es, g = p.es, input_geometry(p, t)
+    es, g = p.es, input_geometry(p, t, s.tc)
     sh, sw, sc = p.x_strides
     cols = p.x.span(s.tw)
     xlo, xhi = p.x.valid(s.ox0, s.tw)

@@ -93,7 +93,6 @@ class ArrayEngine:
         self.acc = acc.alloc(fp.acc, "accumulator tile")
         self.x_sig: dict[int, tuple] = {}
         self.out_slot = 0
-        self.geom = input_geometry(p, t)
 
     def run(self) -> None:
         for s in steps(self.p, self.t):
@@ -134,7 +133,7 @@ class ArrayEngine:
 
     def _compute(self, s: Step, xb: int, wb: int) -> None:
         p, t, es = self.p, self.t, self.p.es
-        g = self.geom
+        g = input_geometry(p, t, s.tc)
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
