@@ -109,6 +109,16 @@ def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tu
     table = _table(target)
     cols = target.array.cols
     dt = p.dtype.name
+    if t.dataflow == "os":
+        rows = target.array.rows
+        ms = Counter(min(rows, s.m - i) for i in range(0, s.m, rows))
+        ns = Counter(min(cols, s.tn - j) for j in range(0, s.tn, cols))
+        total = count = 0
+        for m, nm in sorted(ms.items()):
+            for n, nn in sorted(ns.items()):
+                total += nm * nn * table.time("MATMUL_OS", dict(dtype=dt, m=m, k=s.tc, n=n))[0]
+                count += nm * nn
+        return total, count
     ks = Counter(ch.k for ch in chunks(p, t, s.tc, target.array.rows))
     ns = Counter(min(cols, s.tn - j) for j in range(0, s.tn, cols))
     total = count = 0
@@ -254,7 +264,7 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
                 port += busy
             instrs += len(loads)
         mm, count = costs.compute(s)
-        instrs += 2 * count
+        instrs += count if t.dataflow == "os" else 2 * count
         array += mm
         start = max(t_comp, ready) + fill_cycles
         t_comp = start + mm

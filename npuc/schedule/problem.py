@@ -155,7 +155,9 @@ class ArrayTiling:
     every channel block of the output is computed) or "n_outer" (output channel blocks outside,
     the weight block stays while every pixel tile is computed); ``unfold`` the unfolded-row
     input layout; ``x_slots``/``w_slots`` the scratchpad buffers for input tiles and weight
-    blocks (2: double buffered; more: every block resident, loaded once).
+    blocks (2: double buffered; more: every block resident, loaded once); ``dataflow`` "ws"
+    (LOAD_WEIGHTS + MATMUL per reduction chunk) or "os" (one MATMUL_OS per rows x cols block of
+    the output tile over the whole reduction block: for 1x1 windows, see :func:`can_os`).
     """
 
     th: int
@@ -166,11 +168,12 @@ class ArrayTiling:
     unfold: bool = False
     x_slots: int = 2
     w_slots: int = 2
+    dataflow: str = "ws"
 
     def __str__(self) -> str:
         extra = " unfold" if self.unfold else ""
         return (
-            f"ws {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
+            f"{self.dataflow} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots}"
         )
 
@@ -296,6 +299,12 @@ def chunks(p: ArrayProblem, t: ArrayTiling, tc: int, rows: int) -> list[Chunk]:
         for s in range(0, length, rows):
             out.append(Chunk(off + s, row + s, min(rows, length - s)))
     return out
+
+
+def can_os(p: ArrayProblem) -> bool:
+    """Output-stationary needs the tile's pixels evenly strided with the reduction contiguous
+    (1x1 windows: pixel i of a tile at i x slot) and weight rows with contiguous columns."""
+    return p.y.kernel == 1 and p.x.kernel == 1 and not p.weights_n_major
 
 
 def weight_rows(p: ArrayProblem, tc: int) -> int:

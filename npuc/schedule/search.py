@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from npuc.errors import CompileError
 from npuc.schedule.cost import Estimate, estimate, quick_estimate
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_unfold, footprint
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_os, can_unfold, footprint
 from npuc.targets import Target
 
 MAX_CANDIDATES = 300
@@ -86,6 +86,8 @@ def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
 def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
     """Candidate tilings, before the fit check (deterministic order)."""
     unfolds = [False, True] if can_unfold(p) else [False]
+    flows = [f for f, ok in (("ws", target.supports_dataflow("weight_stationary")),
+                             ("os", target.supports_dataflow("output_stationary") and can_os(p))) if ok]
     out: list[ArrayTiling] = []
     for tc in _reduction_blocks(target, p):
         for tn in reversed(_widths(target, p)):
@@ -93,7 +95,8 @@ def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
                 for unfold in unfolds:
                     orders = ["m_outer"] if tn >= p.n else ["m_outer", "n_outer"]
                     for order in orders:
-                        out.append(ArrayTiling(th, tw, tn, tc, order, unfold))
+                        for flow in flows:
+                            out.append(ArrayTiling(th, tw, tn, tc, order, unfold, dataflow=flow))
     return out[:MAX_CANDIDATES]
 
 

@@ -343,3 +343,59 @@ def test_resnet50_layers_near_the_lower_bound(layer):
     cycles = _simulate_with(k, MID, lambda t: t)
     bound = lower_bound(MID, conv_problem(placed))
     assert cycles < 1.3 * bound
+
+
+# ----------------------------------------------------------------------------- output-stationary
+
+
+def _run_forced(k: Kernel, target, tiling, vals):
+    """Emit ``k`` with the planner's tiling changed by ``tiling`` and simulate it functionally."""
+    impl = get_kernel(k.kind)
+    placed, size = place(k)
+    plan = impl.plan(placed, target)
+    plan = dataclasses.replace(plan, details=tiling(plan.details))
+    em = Emitter(target)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    dram = np.zeros(size, np.uint8)
+    for t in placed.tensors():
+        if t.name != placed.output.name:
+            t.write_numpy(dram, vals[t.name])
+    res = simulate(prog, target, dram)
+    return placed.output.to_numpy(np.frombuffer(res.dram, np.uint8)), prog
+
+
+@pytest.mark.parametrize("target", [MID, LARGE], ids=["mid", "large"])
+def test_output_stationary_conv_1x1(target):
+    """1x1 stride-2 conv forced output-stationary, the reduction cut in blocks of 16 (acc)."""
+    k = conv_kernel(1, 40, 11, 11, 24, 1, stride=2)
+    k = dataclasses.replace(k, epilogue=(bias_op(k.output.shape), EpilogueOp("relu")))
+    rng = np.random.default_rng(11)
+    vals = {"x": _rand(rng, (1, 40, 11, 11)), "w": _rand(rng, (24, 40, 1, 1), 0.15), "bias": _rand(rng, (1, 24, 1, 1))}
+    out, prog = _run_forced(k, target, lambda t: dataclasses.replace(t, dataflow="os", tc=16, th=6, tw=6), vals)
+    assert any(i.op == "MATMUL_OS" for i in prog) and not any(i.op == "MATMUL" for i in prog)
+    ref = epilogue_reference(F.conv2d(_t(vals["x"]), _t(vals["w"]), None, 2), k.epilogue, vals)
+    assert _rel_l2(out, ref.numpy()) < TOL
+
+
+def test_output_stationary_gemm_with_partial_blocks():
+    a = DramTensor.dense("a", (2, 20, 37), FP16)
+    b = DramTensor.dense("b", (37, 23), FP16)
+    k = gemm_kernel(a, _broadcast(b, (2, 37, 23)), (2, 20, 23))
+    rng = np.random.default_rng(12)
+    vals = {"a": _rand(rng, (2, 20, 37)), "b": np.broadcast_to(_rand(rng, (37, 23), 0.2), (2, 37, 23))}
+    out, prog = _run_forced(k, MID, lambda t: dataclasses.replace(t, dataflow="os", tc=16, tn=23, tw=20), vals)
+    assert sum(i.op == "MATMUL_OS" for i in prog) == 2 * 3 * 2 * 2  # batches x k-blocks x m-blocks x n-blocks
+    ref = torch.matmul(_t(vals["a"]), _t(vals["b"]))
+    assert _rel_l2(out, ref.numpy()) < TOL
+
+
+def test_dataflow_follows_the_target_and_the_cost_model():
+    """A small-spatial 1x1 layer prefers output-stationary; a WS-only target never gets it."""
+    k = conv_kernel(1, 512, 7, 7, 256, 1)
+    placed, _ = place(k)
+    assert get_kernel("conv2d").plan(placed, MID).details.dataflow == "os"
+    ws_only = dataclasses.replace(MID, name="ws-only", array=dataclasses.replace(MID.array, dataflows=("weight_stationary",)))
+    assert get_kernel("conv2d").plan(placed, ws_only).details.dataflow == "ws"
+    big = conv_kernel(1, 64, 56, 56, 64, 3, pad=1)
+    assert get_kernel("conv2d").plan(place(big)[0], MID).details.dataflow == "ws"

@@ -54,6 +54,7 @@ LAYERS = [
     pytest.param(conv(256, 28, 128, 1, 2, act=False), id="1x1-s2-256-128"),
     pytest.param(conv(256, 14, 256, 3, 1, 1), id="3x3-256"),
     pytest.param(conv(512, 7, 512, 3, 1, 1), id="3x3-512-small-spatial"),
+    pytest.param(conv(512, 7, 1024, 1), id="1x1-512-1024-small-spatial"),
     pytest.param(linear(197, 768, 768), id="gemm-197x768x768"),
     pytest.param(linear(8, 512, 512), id="gemm-8x512x512"),
 ]

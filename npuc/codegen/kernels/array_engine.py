@@ -137,6 +137,9 @@ class ArrayEngine:
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
+        if t.dataflow == "os":
+            self._compute_os(s, xb, wb, g.slot * es)
+            return
         krows = weight_rows(p, s.tc)
         cks = chunks(p, t, s.tc, self.rows)
         for j in range(0, s.tn, self.cols):
@@ -151,6 +154,19 @@ class ArrayEngine:
                     "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
                     in_addr=xb + ch.in_off * es, m0=s.tw, m1=s.th, in_s0=in_s0, in_s1=in_s1,
                     out_addr=self.acc + j * 4, out_s0=s.tn * 4, out_s1=s.tw * s.tn * 4,
+                )
+
+    def _compute_os(self, s: Step, xb: int, wb: int, pixel_bytes: int) -> None:
+        """Output-stationary: one MATMUL_OS per rows x cols block of the output tile, over the
+        whole reduction block (1x1 windows: the tile's pixels are evenly strided)."""
+        es, dt = self.p.es, self.p.dtype.name
+        for i in range(0, s.m, self.rows):
+            m = min(self.rows, s.m - i)
+            for j in range(0, s.tn, self.cols):
+                self.em.emit(
+                    "MATMUL_OS", dtype=dt, acc=not s.first, m=m, k=s.tc, n=min(self.cols, s.tn - j),
+                    in_addr=xb + i * pixel_bytes, in_s=pixel_bytes, w_addr=wb + j * es, w_s=s.tn * es,
+                    out_addr=self.acc + (i * s.tn + j) * 4, out_s=s.tn * 4,
                 )
 
     def _finish(self, s: Step) -> None:
