@@ -110,3 +110,21 @@ def test_loading_twice_gives_the_same_weights_and_the_same_graph(name):
     g = imported(name).raw
     again = import_graph(m2, zoo_entry(name).make_inputs(0), name=name)
     assert graphs_equal(g, again)
+
+
+@pytest.mark.parametrize(
+    "name, gmacs, params_m",
+    [
+        pytest.param("torchvision:resnet18", 1.814, 11.68, marks=pytest.mark.xdist_group("torchvision:resnet18")),
+        pytest.param("torchvision:resnet50", 4.089, 25.51, marks=pytest.mark.xdist_group("torchvision:resnet50")),
+        pytest.param("torchvision:mobilenet_v2", 0.301, 3.48, marks=pytest.mark.xdist_group("torchvision:mobilenet_v2")),
+    ],
+)
+def test_summary_gives_the_published_macs(name, gmacs, params_m):
+    # Published figures: ResNet-18 1.81 GMACs, ResNet-50 4.09, MobileNetV2 0.30; parameters after
+    # batch-norm folding (each folded norm leaves one bias per channel instead of four statistics).
+    from npuc.frontend.summary import graph_summary
+
+    _, totals = graph_summary(imported(name).optimized)
+    assert round(totals.macs / 1e9, 3) == gmacs
+    assert round(totals.params / 1e6, 2) == params_m
