@@ -1,0 +1,117 @@
+"""Partition: which nodes run where, the reasons given for the CPU, and segments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npuc
+from npuc.codegen import kernel as kernel_mod
+from npuc.lower.precision import NO_FP16_REASON
+from npuc.lower.program import CpuSegment, NpuSegment
+
+from lowerlib import SmallCnn, lower, seeded
+
+
+class Gather(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, ids):
+        return torch.relu(self.fc(self.emb(ids)))
+
+
+class ErfInTheMiddle(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.b = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.b(torch.erf(self.a(x)))
+
+
+def placement(m) -> dict[str, tuple[str, str]]:
+    return {op: (side, reason) for _, op, side, reason in m.placement}
+
+
+def test_cnn_runs_entirely_on_the_npu():
+    m = lower(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),))
+    assert all(side == "npu" for _, _, side, _ in m.placement)
+    assert [type(s) for s in m.segments] == [NpuSegment]
+    assert m.cpu_ops == ()
+
+
+def test_embedding_falls_back_with_its_reason():
+    ids = torch.randint(0, 32, (1, 6))
+    m = lower(Gather().eval(), (ids,))
+    side, reason = placement(m)["embedding"]
+    assert side == "cpu"
+    assert "gather by runtime token ids needs the CPU" in reason
+    assert [type(s) for s in m.segments] == [CpuSegment, NpuSegment]
+    (op,) = m.cpu_ops
+    assert op.op == "embedding" and op.seconds > 0 and op.loc and "test_partition.py" in op.loc
+
+
+def test_unsupported_op_splits_the_npu_work_and_still_computes_right():
+    torch.manual_seed(0)
+    model = ErfInTheMiddle().eval()
+    x = torch.randn(4, 16)
+    m = lower(model, (x,))
+    assert placement(m)["erf"][0] == "cpu"
+    assert "erf" in placement(m)["erf"][1]
+    assert [type(s).__name__ for s in m.segments] == ["NpuSegment", "CpuSegment", "NpuSegment"]
+    art = npuc.compile(model, (x,))
+    (out,) = art.run(x)
+    assert torch.allclose(out, model(x), atol=2e-2, rtol=2e-2)
+
+
+def test_target_without_fp16_runs_a_float_model_on_the_cpu():
+    m = lower(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),), target="npu-small")
+    assert {reason for _, _, _, reason in m.placement} == {NO_FP16_REASON}
+    assert [type(s) for s in m.segments] == [CpuSegment]
+
+
+def test_missing_kernel_kind_is_the_reason(monkeypatch):
+    kinds = dict(kernel_mod._KERNELS)
+    kinds.pop("pool2d", None)
+    monkeypatch.setattr(kernel_mod, "_KERNELS", kinds)
+    m = lower(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),))
+    side, reason = placement(m)["max_pool2d"]
+    assert side == "cpu" and reason == "no NPU kernel implements 'pool2d' yet"
+
+
+def test_a_refusing_kernel_gives_its_sentence(monkeypatch):
+    real = kernel_mod.get_kernel("gemm")
+
+    class Picky:
+        kind = "gemm"
+
+        def supports(self, kernel, target):
+            return "this gemm is too picky"
+
+        def plan(self, kernel, target):
+            return real.plan(kernel, target)
+
+        def emit(self, kernel, plan, em):
+            return real.emit(kernel, plan, em)
+
+    kinds = dict(kernel_mod._KERNELS)
+    kinds["gemm"] = Picky()
+    monkeypatch.setattr(kernel_mod, "_KERNELS", kinds)
+    m = lower(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),))
+    side, reason = placement(m)["linear"]
+    assert side == "cpu" and reason == "the gemm kernel cannot run it: this gemm is too picky"
+
+
+def test_compile_explains_cpu_ops():
+    art = npuc.compile(Gather().eval(), (torch.randint(0, 32, (1, 6)),))
+    text = art.report.explain()
+    assert "embedding" in text and "est." in text and "us on the host" in text
+
+
+def test_quantize_int8_is_not_available_yet():
+    with pytest.raises(npuc.NpucError, match="not available yet"):
+        npuc.compile(Gather().eval(), (torch.randint(0, 32, (1, 6)),), quantize="int8")
