@@ -210,6 +210,11 @@ def load_model(spec: str) -> ModelAndInputs:
         return ZOO[spec].load()
     if ":" in spec and _looks_like_file(spec):
         return _load_user_file(spec)
+    if spec.endswith(".py"):
+        raise ModelSpecError(
+            f"MODEL '{spec}' names a file but no function: write {spec}:function, where function() "
+            "returns (model, example_inputs)"
+        )
     return zoo_entry(spec).load()
 
 

@@ -169,6 +169,8 @@ def test_user_model_file(tmp_path):
         load_model(f"{f}:broken")
     with pytest.raises(ModelSpecError, match="does not exist"):
         load_model(f"{tmp_path / 'nope.py'}:build")
+    with pytest.raises(ModelSpecError, match="names a file but no function"):
+        load_model(str(f))
 
 
 def test_user_model_file_that_does_not_import(tmp_path):
