@@ -226,88 +226,89 @@ class _Costs:
         return hit
 
 
-def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
-    """Walk the loop nest of ``t`` and estimate its cycles on ``target``."""
-    fp = footprint(p, t)
-    costs = _Costs(target, p, t)
-    bpc = target.dma.bytes_per_cycle
-    xp, wp = _Pool(t.x_slots), _Pool(t.w_slots)
-    ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
-    x_sig: dict[int, tuple] = {}
-    out_free = [0, 0]
-    out_slot = 0
-    t_load = t_comp = t_store = 0
-    port = array = compute = 0
-    instrs = 0
-    lat = target.dma.latency_cycles
-    for s in steps(p, t):
+class _Walk:
+    """The three-timeline walk of one tiling's loop nest (see the module docstring)."""
+
+    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> None:
+        self.p, self.t = p, t
+        self.costs = _Costs(target, p, t)
+        self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
+        self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
+        self.x_sig: dict[int, tuple] = {}
+        self.out_free = [0, 0]
+        self.out_slot = 0
+        self.t_load = self.t_comp = self.t_store = 0  # when each queue is next free
+        self.port = self.array = self.compute = self.instrs = 0
+
+    def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:
+        """Issue loads on the load queue once their buffer is free; when the last completes."""
         ready = 0
-        fill_cycles = 0
-        x_slot, hit = xp.get(s.x_key(p))
+        for busy, lat in loads:
+            self.t_load = max(self.t_load, slot_free) + busy
+            ready = max(ready, self.t_load + lat)
+            self.port += busy
+        self.instrs += len(loads)
+        return ready
+
+    def step(self, s: Step) -> None:
+        p, costs = self.p, self.costs
+        ready = fill = 0
+        x_slot, hit = self.xp.get(s.x_key(p))
         if not hit:
-            sig, fill, nfill, loads = costs.input(s)
-            if x_sig.get(x_slot) != sig:
-                x_sig[x_slot] = sig
-                fill_cycles = fill
-                instrs += nfill
-            for busy, l in loads:
-                t_load = max(t_load, xp.free_at[x_slot]) + busy
-                ready = max(ready, t_load + l)
-                port += busy
-            instrs += len(loads)
-        w_slot, hit = wp.get(s.w_key(p))
+            sig, fill_cycles, nfill, loads = costs.input(s)
+            ready = self._dma(loads, self.xp.free_at[x_slot])
+            if self.x_sig.get(x_slot) != sig:
+                self.x_sig[x_slot] = sig
+                fill = fill_cycles
+                self.instrs += nfill
+        w_slot, hit = self.wp.get(s.w_key(p))
         if not hit:
-            loads = costs.weights(s)
-            for busy, l in loads:
-                t_load = max(t_load, wp.free_at[w_slot]) + busy
-                ready = max(ready, t_load + l)
-                port += busy
-            instrs += len(loads)
+            ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
         mm, count = costs.compute(s)
-        instrs += count if t.dataflow == "os" else 2 * count
-        array += mm
-        start = max(t_comp, ready) + fill_cycles
-        t_comp = start + mm
-        xp.free_at[x_slot] = t_comp
-        wp.free_at[w_slot] = t_comp
-        compute += fill_cycles + mm
-        if not s.last:
-            continue
+        self.instrs += count if self.t.dataflow == "os" else 2 * count
+        self.array += mm
+        self.compute += fill + mm
+        self.t_comp = max(self.t_comp, ready) + fill + mm
+        self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
+        if s.last:
+            self._finish(s)
+
+    def _finish(self, s: Step) -> None:
+        """Epilogue operands, conversion and epilogue on the compute queue, the store."""
+        costs = self.costs
         op_ready = 0
         used = []
-        for i, o, pool in ops:
+        for i, o, pool in self.ops:
             soy, sox, sn = o.strides
             slot, hit = pool.get((o.addrs[s.b] + s.oy0 * soy + s.ox0 * sox + s.n0 * sn, s.th, s.tw, s.tn))
             used.append((pool, slot))
             if not hit:
-                busy, l = costs.operand(i, o, s)
-                t_load = max(t_load, pool.free_at[slot]) + busy
-                op_ready = max(op_ready, t_load + l)
-                port += busy
-                instrs += 1
+                op_ready = max(op_ready, self._dma((costs.operand(i, o, s),), pool.free_at[slot]))
         epi = costs.epilogue(s)
-        instrs += 1 + len(p.epilogue)
-        t_comp = max(t_comp, out_free[out_slot], op_ready) + epi
-        compute += epi
+        self.instrs += 1 + len(self.p.epilogue)
+        self.t_comp = max(self.t_comp, self.out_free[self.out_slot], op_ready) + epi
+        self.compute += epi
         for pool, slot in used:
-            pool.free_at[slot] = t_comp
-        busy, l = costs.store(s)
-        t_store = max(t_store, t_comp) + busy
-        out_free[out_slot] = t_store + l
-        out_slot ^= 1
-        port += busy
-        instrs += 1
-    total = max(t_comp, t_store + lat, port + 2 * lat)
-    return Estimate(total, compute, array, port, port * bpc, instrs + 1, fp.spad(t), fp.acc)
+            pool.free_at[slot] = self.t_comp
+        busy, lat = costs.store(s)
+        self.t_store = max(self.t_store, self.t_comp) + busy
+        self.out_free[self.out_slot] = self.t_store + lat
+        self.out_slot ^= 1
+        self.port += busy
+        self.instrs += 1
 
 
-def _loads(slots: int, outer: int, cycle: int, inner_repeat: int) -> int:
-    """Loads of a key sequence: ``outer`` rounds, each cycling through ``cycle`` distinct keys
-    (each key repeated ``inner_repeat`` times in a row); the same keys every round when the
-    pool holds them all."""
-    if slots >= cycle:
-        return cycle
-    return outer * cycle
+def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
+    """Walk the loop nest of ``t`` and estimate its cycles on ``target``: the last of the
+    compute queue, the store queue, and the DRAM port's total busy time (plus latencies)."""
+    w = _Walk(target, p, t)
+    for s in steps(p, t):
+        w.step(s)
+    lat = target.dma.latency_cycles
+    total = max(w.t_comp, w.t_store + lat, w.port + 2 * lat)
+    fp = footprint(p, t)
+    return Estimate(total, w.compute, w.array, w.port, w.port * target.dma.bytes_per_cycle, w.instrs + 1,
+                    fp.spad(t), fp.acc)
 
 
 def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:

@@ -126,7 +126,7 @@ def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
     elif kh == 1 or sky == kw * skx:  # rows (ky, kx, c) evenly strided: one transfer
         out.append(("DMA_LOAD", dict(
             esize=es, dram_addr=base, local_addr=0, n0=s.tn, n1=s.tc, n2=kh * kw,
-            dram_s0=sn, dram_s1=sc, dram_s2=skx if kw > 1 or kh == 1 else sky,
+            dram_s0=sn, dram_s1=sc, dram_s2=skx,  # kw == 1: skx == sky
             local_s1=row_b, local_s2=s.tc * row_b,
         )))
     else:

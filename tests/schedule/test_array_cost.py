@@ -6,7 +6,6 @@ layer is off by more than 15%.
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
