@@ -42,7 +42,26 @@ class ZooEntry:
         """The model in eval mode with seeded weights, and its example inputs (seed 0)."""
         torch.manual_seed(_WEIGHT_SEED)
         model = self.build_model().eval()
+        randomize_batch_norms(model, _WEIGHT_SEED)
         return model, self.make_inputs(0)
+
+
+def randomize_batch_norms(model: torch.nn.Module, seed: int) -> None:
+    """Give every batch norm seeded, non-trivial statistics and affine parameters.
+
+    Freshly built batch norms are identities (mean 0, variance 1, weight 1, bias 0), which would
+    let a wrong batch-norm fold go unnoticed; trained-looking values keep the activations' scale.
+    """
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                if m.affine:
+                    m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                    m.bias.copy_(torch.randn(c, generator=g) * 0.1)
 
 
 # ------------------------------------------------------------------------------------ inputs
