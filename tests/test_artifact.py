@@ -124,3 +124,54 @@ def test_default_target_and_target_objects():
     model = torch.nn.Linear(8, 4).eval()
     assert npuc.compile(model, (x,), target=tgt).target is tgt
     assert npuc.compile(model, x).target.name == "npu-mid"
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+MODEL_FILE = '''
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.c(x)).mean((2, 3))
+        return self.fc(torch.erf(y))
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.randn(1, 3, 8, 8),)
+'''
+
+
+def test_cli_compile_run_profile(tmp_path):
+    import numpy as np
+    from click.testing import CliRunner
+
+    from npuc.cli import main
+
+    src = tmp_path / "net.py"
+    src.write_text(MODEL_FILE)
+    spec = f"{src}:build"
+    out = tmp_path / "net.npub"
+    runner = CliRunner()
+    r = runner.invoke(main, ["compile", spec, "--target", "npu-mid", "-o", str(out), "--explain",
+                             "--print-after", "fuse"])
+    assert r.exit_code == 0, r.output
+    assert out.exists() and "IR after fuse" in r.output and "erf" in r.output and "us on the host" in r.output
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32))
+    r = runner.invoke(main, ["run", str(out), "--input", str(x), "--model", spec])
+    assert r.exit_code == 0, r.output
+    assert "relative L2 error" in r.output and "ok" in r.output
+    trace = tmp_path / "t.json"
+    r = runner.invoke(main, ["profile", str(out), "--trace", str(trace)])
+    assert r.exit_code == 0, r.output
+    assert "total:" in r.output and "cpu0" in r.output and trace.exists()
+    r = runner.invoke(main, ["run", str(out), "--input", str(x), "--target", "npu-large"])
+    assert r.exit_code == 1 and "npu-large" in r.output
+    r = runner.invoke(main, ["compile", spec, "-o", str(out), "--print-after", "nonsense"])
+    assert r.exit_code == 1 and "no stage named 'nonsense'" in r.output
