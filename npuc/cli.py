@@ -17,7 +17,8 @@ from rich.table import Table
 
 from npuc.errors import NpucError
 
-console = Console(highlight=False)
+# Wide enough for the per-layer tables when the output is a file or a pipe (rich assumes 80).
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False)
 
 MODEL_HELP = (
@@ -78,7 +79,6 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
     import torch
 
     from npuc.frontend import import_graph
-    from npuc.frontend.summary import graph_summary
     from npuc.interp import interpret
     from npuc.pipeline import run_graph_passes
     from npuc.zoo import load_model
@@ -102,14 +102,16 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
 
 
 def _print_summary(g, model: str) -> None:
+    from npuc.frontend.summary import graph_summary
+
     rows, totals = graph_summary(g)
     t = Table(title=f"{model}: {len(g.nodes)} nodes after the graph passes", show_lines=False)
     for col, just in (("#", "right"), ("op", "left"), ("output", "left"), ("params", "right"),
                       ("MACs", "right"), ("source", "left")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, no_wrap=col != "source")
     for i, r in enumerate(rows):
         t.add_row(str(i), r.op, r.shape, f"{r.params:,}" if r.params else "",
-                  f"{r.macs:,}" if r.macs else "", r.source or "")
+                  f"{r.macs:,}" if r.macs else "", Path(r.source).name if r.source else "")
     console.print(t)
     console.print(
         f"total: {totals.nodes} compute nodes, {totals.params:,} parameters, "
