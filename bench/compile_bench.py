@@ -17,7 +17,8 @@ import time
 from npuc.artifact import compile_graph
 from npuc.frontend import import_graph
 from npuc.pipeline import StageRecord, run_graph_passes
-from npuc.targets import list_presets, load_target
+from npuc.errors import NpucError
+from npuc.targets import DEFAULT_TARGET, list_presets, load_target
 from npuc.zoo import load_model
 
 
@@ -41,7 +42,7 @@ def layer_table(prof, show_layers: bool) -> tuple[int, int, int, int]:
 
 
 def quality(models: list[str], show_layers: bool) -> None:
-    presets = [p for p in list_presets() if load_target(p).has_fp16]
+    presets = sorted((p for p in list_presets() if load_target(p).has_fp16), key=lambda p: (p != DEFAULT_TARGET, p))
     skipped = [p for p in list_presets() if p not in presets]
     print(f"presets with fp16: {', '.join(presets)} (skipped, no fp16: {', '.join(skipped) or 'none'})")
     summary = []
@@ -49,8 +50,12 @@ def quality(models: list[str], show_layers: bool) -> None:
         model, inputs = load_model(f"torchvision:{name}")
         g = run_graph_passes(import_graph(model, inputs, name=name))
         for preset in presets:
-            art = compile_graph(g, preset)
-            prof = art.profile(*inputs)
+            try:
+                art = compile_graph(g, preset)
+                prof = art.profile(*inputs)
+            except NpucError as e:
+                print(f"\n{name} on {preset}: FAILED: {e}")
+                continue
             print(f"\n{name} on {preset}: {len(prof.layers)} layers")
             cyc, lb, dram, mind = layer_table(prof, show_layers)
             summary.append((name, preset, cyc, lb, dram, mind, prof.latency_s * 1e3, prof.utilization))
