@@ -514,8 +514,11 @@ def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any)
             return f"gelu approximation '{e.param('approximate')}' is unknown"
     if dtype.is_float and not target.has_fp16:
         return f"target '{target.name}' has no fp16 vector arithmetic"
-    if not dtype.is_float and epilogue:
-        return f"{dtype.name} epilogues (LUT activations, integer operands) are not implemented yet"
+    if not dtype.is_float:
+        for e in epilogue:
+            if e.op != "clamp" or e.operand is not None:
+                return (f"{dtype.name} epilogues take only an integer clamp (a quantized ReLU); "
+                        f"'{e.op}' needs its own int8 kernel")
     return None
 
 
@@ -556,7 +559,10 @@ def emit_vbin(em: Any, dst: Tile, op: str, a: Tile, b: Tile) -> None:
 def _unary_steps(e: EpilogueOp, dtype: DType) -> list[tuple[str, float, float]]:
     """VUN steps (op, imm0, imm1) of a unary epilogue op on a float tile."""
     if not dtype.is_float:
-        raise CompileError(f"{dtype.name} epilogue op '{e.op}' is not implemented yet (LUT)")
+        if e.op != "clamp":
+            raise CompileError(f"{dtype.name} epilogue op '{e.op}' needs its own int8 kernel (LUT, REQUANT)")
+        lo, hi = -(1 << 31) if e.param("min") is None else e.param("min"), (1 << 31) - 1 if e.param("max") is None else e.param("max")
+        return [("clamp", float(max(lo, -(1 << 31))), float(min(hi, (1 << 31) - 1)))]
     if e.op == "clamp":
         lo, hi = e.param("min"), e.param("max")
         return [("clamp", -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))]
@@ -640,4 +646,21 @@ def emit_acc_to_tile(em: Any, src: Tile, dst: Tile) -> None:
         n1 = min(MAX_COUNT, dst.rows - r0)
         em.emit("VCVT", src_dtype=src.dtype.name, dst_dtype=dst.dtype.name, n0=dst.cols, n1=n1,
                 src_space=src.space, src=src.addr + r0 * src.s1, src_s0=src.s0, src_s1=src.s1 if n1 > 1 else 0,
+                dst_space=dst.space, dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)
+
+
+def emit_bias_requant(em: Any, acc: Tile, dst: Tile, bias: Tile | None, records: int, zero_point: int,
+                      qmin: int = -128, qmax: int = 127, per_channel: bool = True) -> None:
+    """int8: ``acc`` (int32, in ACC or the scratchpad) plus ``bias`` (int32, broadcast by its
+    strides; None: no bias) requantized into ``dst`` (int8) by REQUANT with the (multiplier,
+    shift) records at scratchpad address ``records`` (one per column when ``per_channel``), the
+    output zero point and the clamp [qmin, qmax].  The int8 counterpart of
+    :func:`emit_acc_to_tile`."""
+    if bias is not None:
+        emit_vbin(em, acc, "add", acc, bias)
+    for r0 in range(0, dst.rows, MAX_COUNT):
+        n1 = min(MAX_COUNT, dst.rows - r0)
+        em.emit("REQUANT", n0=dst.cols, n1=n1, per_channel=per_channel, qparams=records,
+                zp=int(zero_point), qmin=int(qmin), qmax=int(qmax),
+                src_space=acc.space, src=acc.addr + r0 * acc.s1, src_s0=acc.s0, src_s1=acc.s1 if n1 > 1 else 0,
                 dst_space=dst.space, dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)

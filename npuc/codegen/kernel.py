@@ -84,6 +84,7 @@ class Kernel:
     epilogue: tuple[EpilogueOp, ...] = ()
     dtype: DType = DType.fp16
     sources: tuple[str, ...] = ()
+    quant: "QuantAttrs | None" = None
 
     def tensors(self) -> tuple[DramTensor, ...]:
         """Every DRAM tensor the kernel touches: inputs, epilogue operands, output."""
@@ -93,7 +94,8 @@ class Kernel:
     def __str__(self) -> str:
         ins = ", ".join(t.name for t in self.inputs)
         epi = "".join(f" -> {e}" for e in self.epilogue)
-        return f"{self.output.name} = {self.kind}[{self.dtype.name}]({ins}){epi}"
+        q = f" {self.quant}" if self.quant is not None else ""
+        return f"{self.output.name} = {self.kind}[{self.dtype.name}]({ins}){q}{epi}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,36 @@ class FillAttrs:
     """``fill``: every element of the output view becomes ``value``."""
 
     value: float
+
+
+@dataclass(frozen=True)
+class QuantAttrs:
+    """The integer side of an int8 kernel (docs/kernels.md, "int8 kernels").
+
+    ``in_zero_point`` is the zero point of the activation input: the value padding cells hold
+    (a padded int8 cell stands for the real value 0).  The kernel's int32 result becomes int8 by
+    REQUANT with the (multiplier, shift) records of its ``requant`` constant input, plus
+    ``out_zero_point``, clamped to [``qmin``, ``qmax``] (a fused ReLU raises ``qmin``).
+    ``factors`` are the integer operand factors of ``qadd`` (one per operand), from
+    ``npuc.quant.arith``; every constant a kernel loads comes from there.
+    """
+
+    in_zero_point: int = 0
+    out_zero_point: int = 0
+    qmin: int = -128
+    qmax: int = 127
+    in_zero_points: tuple[int, ...] = ()
+    factors: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        parts = [f"zx={self.in_zero_point}", f"zo={self.out_zero_point}"]
+        if (self.qmin, self.qmax) != (-128, 127):
+            parts.append(f"clamp=[{self.qmin}, {self.qmax}]")
+        if self.in_zero_points:
+            parts.append(f"zps={list(self.in_zero_points)}")
+        if self.factors:
+            parts.append(f"factors={list(self.factors)}")
+        return "{" + ", ".join(parts) + "}"
 
 
 _KERNELS: dict[str, KernelImpl] = {}

@@ -21,10 +21,11 @@ from typing import Any
 from npuc.isa.enums import UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, steps
-from npuc.schedule.transfers import input_loads, operand_load, output_store, weight_loads
+from npuc.schedule.transfers import input_loads, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
 
-_ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value"})
+_ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
+                             "qparams", "table"})
 
 
 class _Table:
@@ -87,7 +88,11 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     """Compute-queue cycles of turning an m x tn accumulator tile into the stored result:
     the conversion out of the accumulator and the fused epilogue ops on the tile."""
     dt = p.dtype.name
-    total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
+    if p.quant is not None:  # int8: bias add in int32, then REQUANT
+        total = vector_time(target, "VBIN", op="add", dtype="int32", n0=tn, n1=m, dst_space="acc", a_space="acc")
+        total += vector_time(target, "REQUANT", n0=tn, n1=m, src_space="acc", per_channel=True)
+    else:
+        total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
     for e in p.epilogue:
         if e.op in _SIMPLE_UNARY or e.op == "gelu":
             name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
@@ -218,6 +223,13 @@ class _Costs:
             hit = self.memo[key] = step_compute(self.target, self.p, self.t, s)
         return hit
 
+    def quant(self, s: Step) -> tuple[tuple[int, int], ...]:
+        key = ("q", s.tn)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.dmas(quant_loads(self.p, s)[1])
+        return hit
+
     def epilogue(self, s: Step) -> int:
         key = ("e", s.m, s.tn)
         hit = self.memo.get(key)
@@ -234,6 +246,7 @@ class _Walk:
         self.costs = _Costs(target, p, t)
         self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
+        self.qp = _Pool(2)
         self.x_sig: dict[int, tuple] = {}
         self.out_free = [0, 0]
         self.out_slot = 0
@@ -284,6 +297,12 @@ class _Walk:
             used.append((pool, slot))
             if not hit:
                 op_ready = max(op_ready, self._dma((costs.operand(i, o, s),), pool.free_at[slot]))
+        if self.p.quant is not None:
+            key, _ = quant_loads(self.p, s)
+            slot, hit = self.qp.get(key)
+            used.append((self.qp, slot))
+            if not hit:
+                op_ready = max(op_ready, self._dma(costs.quant(s), self.qp.free_at[slot]))
         epi = costs.epilogue(s)
         self.instrs += 1 + len(self.p.epilogue)
         self.t_comp = max(self.t_comp, self.out_free[self.out_slot], op_ready) + epi

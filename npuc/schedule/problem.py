@@ -104,6 +104,24 @@ class OperandLayout:
 
 
 @dataclass(frozen=True)
+class ArrayQuant:
+    """The int8 side of an array problem.
+
+    Per batch, the folded int32 bias ``[n]`` (``b - zx * sum(w)``, from ``npuc.quant.arith``) at
+    ``bias_addrs[b]`` and the REQUANT records ``[n][2]`` (int32 multiplier, shift) at
+    ``records_addrs[b]``; ``pad_value`` fills padding cells (the input zero point), and the int32
+    accumulator becomes int8 with ``zero_point`` and the clamp [``qmin``, ``qmax``].
+    """
+
+    bias_addrs: tuple[int, ...]
+    records_addrs: tuple[int, ...]
+    pad_value: int
+    zero_point: int
+    qmin: int = -128
+    qmax: int = 127
+
+
+@dataclass(frozen=True)
 class ArrayProblem:
     """A batch of implicit GEMMs with DRAM layouts (see the module docstring).
 
@@ -127,6 +145,12 @@ class ArrayProblem:
     out_strides: tuple[int, int, int]
     epilogue: tuple[EpilogueOp, ...] = ()
     operands: tuple[OperandLayout | None, ...] = ()
+    quant: ArrayQuant | None = None
+
+    @property
+    def pad_value(self) -> int:
+        """What padding cells of an input tile hold: 0, or the int8 input's zero point."""
+        return self.quant.pad_value if self.quant is not None else 0
 
     @property
     def batches(self) -> int:
@@ -327,11 +351,12 @@ class Footprint:
     out_slot: int
     operand_slots: tuple[int, ...]
     acc: int
+    quant_slot: int = 0  # int8: the bias and REQUANT records of one channel block
 
     def spad(self, t: ArrayTiling) -> int:
         return (
             t.x_slots * self.x_slot + t.w_slots * self.w_slot + 2 * self.out_slot
-            + sum(2 * s for s in self.operand_slots)
+            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot
         )
 
 
@@ -349,4 +374,5 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     out_slot = _align(m * t.tn * es)
     ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place
-    return Footprint(x_slot, w_slot, out_slot, ops, m * t.tn * 4)
+    quant = _align(t.tn * 4) + _align(t.tn * 8) if p.quant is not None else 0
+    return Footprint(x_slot, w_slot, out_slot, ops, m * t.tn * 4, quant)

@@ -142,8 +142,11 @@ def _normalized(p: ArrayProblem) -> ArrayProblem:
     addresses (repeated blocks of a network) share one choice."""
     ops = tuple(None if o is None else replace(o, addrs=_relative(o.addrs)) for o in p.operands)
     epilogue = tuple(replace(e, operand=None, scalar=e.scalar if e.operand is None else 0.0) for e in p.epilogue)
+    quant = p.quant
+    if quant is not None:
+        quant = replace(quant, bias_addrs=_relative(quant.bias_addrs), records_addrs=_relative(quant.records_addrs))
     return replace(p, name="", x_addrs=_relative(p.x_addrs), w_addrs=_relative(p.w_addrs),
-                   out_addrs=_relative(p.out_addrs), operands=ops, epilogue=epilogue)
+                   out_addrs=_relative(p.out_addrs), operands=ops, epilogue=epilogue, quant=quant)
 
 
 _MEMO: dict[tuple, "Choice"] = {}

@@ -15,8 +15,9 @@ Instr = tuple[str, dict[str, Any]]
 _MAX_COUNT = 65535
 
 
-def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int) -> list[Instr]:
-    """VFILL zeros over an n1 x n0 block (row stride s1 bytes), split to the field limits."""
+def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int, value: float = 0.0) -> list[Instr]:
+    """VFILL ``value`` (zero, or an int8 input's zero point) over an n1 x n0 block (row stride
+    s1 bytes), split to the field limits."""
     out: list[Instr] = []
     if n0 <= 0 or n1 <= 0:
         return out
@@ -24,7 +25,7 @@ def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int) -> lis
         rows = min(_MAX_COUNT, n1 - r)
         for c in range(0, n0, _MAX_COUNT):
             cols = min(_MAX_COUNT, n0 - c)
-            out.append(("VFILL", dict(dtype=dtype_name, n0=cols, n1=rows, dst=addr + r * s1 + c * es, dst_s1=s1, value=0.0)))
+            out.append(("VFILL", dict(dtype=dtype_name, n0=cols, n1=rows, dst=addr + r * s1 + c * es, dst_s1=s1, value=value)))
     return out
 
 
@@ -43,13 +44,14 @@ def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[I
     xlo, xhi = p.x.valid(s.ox0, s.tw)
     row_b, pix_b = g.row_elems * es, g.slot * es
     dt = p.dtype.name
+    pv = float(p.pad_value)
     fills: list[Instr] = []
     if yhi <= ylo or xhi <= xlo:
-        return ("empty", rows, cols), _fill(dt, 0, cols * s.tc, rows, row_b, es), []
-    fills += _fill(dt, 0, cols * s.tc, ylo, row_b, es)
-    fills += _fill(dt, yhi * row_b, cols * s.tc, rows - yhi, row_b, es)
-    fills += _fill(dt, ylo * row_b, xlo * s.tc, yhi - ylo, row_b, es)
-    fills += _fill(dt, ylo * row_b + xhi * pix_b, (cols - xhi) * s.tc, yhi - ylo, row_b, es)
+        return ("empty", rows, cols), _fill(dt, 0, cols * s.tc, rows, row_b, es, pv), []
+    fills += _fill(dt, 0, cols * s.tc, ylo, row_b, es, pv)
+    fills += _fill(dt, yhi * row_b, cols * s.tc, rows - yhi, row_b, es, pv)
+    fills += _fill(dt, ylo * row_b, xlo * s.tc, yhi - ylo, row_b, es, pv)
+    fills += _fill(dt, ylo * row_b + xhi * pix_b, (cols - xhi) * s.tc, yhi - ylo, row_b, es, pv)
     iy = p.y.start(s.oy0) + ylo * p.y.in_step
     ix = p.x.start(s.ox0) + xlo * p.x.in_step
     dram = p.x_addrs[s.b] + iy * sh + ix * sw + s.c0 * sc
@@ -72,13 +74,14 @@ def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, li
     xlo, xhi = p.x.valid(s.ox0, s.tw)
     row_b, pix_b = g.row_elems * es, g.slot * es
     dt = p.dtype.name
+    pv = float(p.pad_value)
     fills: list[Instr] = []
     loads: list[Instr] = []
     sig: list[Any] = ["unfold", s.th, cols, s.tc, xlo, xhi]
     if xhi <= xlo:
-        return tuple(sig), _fill(dt, 0, cols * g.slot, s.th, row_b, es), []
-    fills += _fill(dt, 0, xlo * g.slot, s.th, row_b, es)
-    fills += _fill(dt, xhi * pix_b, (cols - xhi) * g.slot, s.th, row_b, es)
+        return tuple(sig), _fill(dt, 0, cols * g.slot, s.th, row_b, es, pv), []
+    fills += _fill(dt, 0, xlo * g.slot, s.th, row_b, es, pv)
+    fills += _fill(dt, xhi * pix_b, (cols - xhi) * g.slot, s.th, row_b, es, pv)
     ix = p.x.start(s.ox0) + xlo
     for ky in range(p.y.kernel):
         start = s.oy0 * p.y.stride + ky * p.y.dilation - p.y.pad
@@ -86,7 +89,7 @@ def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, li
         hi = max(lo, min(s.th, -(-(p.y.size - start) // p.y.stride)))
         sig.append((lo, hi))
         for r in list(range(0, lo)) + list(range(hi, s.th)):
-            fills += _fill(dt, r * row_b + xlo * pix_b + ky * s.tc * es, s.tc, xhi - xlo, pix_b, es)
+            fills += _fill(dt, r * row_b + xlo * pix_b + ky * s.tc * es, s.tc, xhi - xlo, pix_b, es, pv)
         if hi > lo:
             iy = start + lo * p.y.stride
             loads.append(("DMA_LOAD", dict(
@@ -164,3 +167,17 @@ def operand_load(p: ArrayProblem, op: OperandLayout, s: Step) -> tuple[tuple, In
         esize=es, dram_addr=dram, local_addr=0, n0=cols, n1=s.tw, n2=s.th,
         dram_s0=sn or es, dram_s1=sox, dram_s2=soy, local_s1=cols * es, local_s2=s.tw * cols * es,
     ))
+
+
+def quant_loads(p: ArrayProblem, s: Step) -> tuple[tuple, list[Instr]]:
+    """int8: the folded bias ``[tn]`` and the REQUANT records ``[tn][2]`` of step ``s``'s channel
+    block (key for reuse, DMA_LOADs; local addresses relative to the slot: bias first, records
+    at the next 64-byte boundary)."""
+    q = p.quant
+    bias = q.bias_addrs[s.b] + s.n0 * 4
+    recs = q.records_addrs[s.b] + s.n0 * 8
+    off = -(-s.tn * 4 // 64) * 64
+    return (bias, recs, s.tn), [
+        ("DMA_LOAD", dict(esize=4, dram_addr=bias, local_addr=0, n0=s.tn)),
+        ("DMA_LOAD", dict(esize=4, dram_addr=recs, local_addr=off, n0=2 * s.tn)),
+    ]

@@ -15,7 +15,7 @@ from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import epilogue_supports
 from npuc.codegen.kernel import Kernel, Plan, register_kernel
 from npuc.codegen.kernels.array_engine import ArrayEngine
-from npuc.codegen.kernels.array_plan import array_plan, operand_names, operand_strides
+from npuc.codegen.kernels.array_plan import array_plan, array_quant, int8_inputs_problem, operand_names, operand_strides
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.schedule.problem import ArrayProblem, Axis, OperandLayout
 from npuc.targets import Target
@@ -26,7 +26,7 @@ WEIGHT_ORDER = (2, 3, 1, 0)
 
 def conv_problem(k: Kernel) -> ArrayProblem:
     """The array problem of a conv2d kernel: one batch per (group, image)."""
-    x, w = k.inputs
+    x, w = k.inputs[:2]
     out = k.output
     a: Conv2dAttrs = k.attrs
     n, c, h, wd = x.shape
@@ -59,6 +59,7 @@ def conv_problem(k: Kernel) -> ArrayProblem:
         out_strides=(os_[2], os_[3], os_[1]),
         epilogue=k.epilogue,
         operands=tuple(operands),
+        quant=array_quant(k, [gi * og for gi, _ in batches]),
     )
 
 
@@ -70,11 +71,12 @@ class Conv2dOnArray:
     def supports(self, k: Kernel, target: Target) -> str | None:
         if k.dtype.name not in target.array.dtypes:
             return f"target '{target.name}' has no {k.dtype.name} array (array.dtypes = {list(target.array.dtypes)})"
-        if not k.dtype.is_float:
-            return f"{k.dtype.name} convolutions (REQUANT epilogue) are not implemented yet"
-        if len(k.inputs) != 2 or not isinstance(k.attrs, Conv2dAttrs):
+        problem = int8_inputs_problem(k)
+        if problem:
+            return problem
+        if len(k.inputs) != (4 if k.quant else 2) or not isinstance(k.attrs, Conv2dAttrs):
             return "conv2d takes x and w and Conv2dAttrs (a bias is an epilogue add)"
-        x, w = k.inputs
+        x, w = k.inputs[:2]
         if x.rank != 4 or w.rank != 4 or k.output.rank != 4:
             return "conv2d needs a 4-D input, weight and output"
         groups = k.attrs.groups

@@ -13,7 +13,11 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    ACC over chunks and reduction blocks;
 4. after the last reduction block: the epilogue operands (kept while they do not change, so a
    bias is loaded once per channel block), ACC -> scratchpad conversion, the fused epilogue
-   (``npuc.codegen.epilogue``), one DMA_STORE of the tile.
+   (``npuc.codegen.epilogue``), one DMA_STORE of the tile.  int8 (``ArrayProblem.quant``): the
+   int32 accumulators get the folded bias added in place (VBIN add in ACC) and REQUANT writes
+   the int8 tile per channel with the output zero point and clamp; the bias and the REQUANT
+   records of a channel block are loaded once while the block does not change; padding cells
+   hold the input zero point.
 
 Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
 tile overlaps the compute of this one and the store of this tile overlaps the next compute.
@@ -25,7 +29,7 @@ from collections import OrderedDict
 from typing import Any
 
 from npuc.codegen.emitter import Emitter
-from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, load_operand, Piece
+from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_operand, Piece
 from npuc.codegen.kernel import SramArena
 from npuc.codegen.tensor import DramTensor
 from npuc.isa.enums import DType
@@ -39,7 +43,7 @@ from npuc.schedule.problem import (
     steps,
     weight_rows,
 )
-from npuc.schedule.transfers import input_loads, output_store, weight_loads
+from npuc.schedule.transfers import input_loads, output_store, quant_loads, weight_loads
 
 
 class _Buffers:
@@ -90,6 +94,7 @@ class ArrayEngine:
             )
         ]
         self.operand_names = operand_names
+        self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.acc = acc.alloc(fp.acc, "accumulator tile")
         self.x_sig: dict[int, tuple] = {}
         self.out_slot = 0
@@ -186,8 +191,23 @@ class ArrayEngine:
             operands[i] = tile
         out = Tile(self.out[self.out_slot], s.m, s.tn, p.dtype)
         acc = Tile(self.acc, s.m, s.tn, DType.fp32 if p.dtype.is_float else DType.int32, space="acc")
-        emit_acc_to_tile(self.em, acc, out)
+        if p.quant is not None:
+            self._requantize(s, acc, out)
+        else:
+            emit_acc_to_tile(self.em, acc, out)
         apply_epilogue(self.em, p.epilogue, out, operands)
         op, f = output_store(p, s)
         self.em.emit(op, **_shifted(f, out.addr, ("local_addr",)))
         self.out_slot ^= 1
+
+    def _requantize(self, s: Step, acc: Tile, out: Tile) -> None:
+        """int8: add the folded bias to the int32 accumulators, then REQUANT per channel."""
+        q = self.p.quant
+        key, loads = quant_loads(self.p, s)
+        slot, hit = self.q.get(key)
+        base = self.q.addrs[slot]
+        if not hit:
+            for op, f in loads:
+                self.em.emit(op, **_shifted(f, base, ("local_addr",)))
+        records = base + -(-s.tn * 4 // 64) * 64
+        emit_bias_requant(self.em, acc, out, Tile(base, acc.rows, acc.cols, DType.int32, s1=0), records, q.zero_point, q.qmin, q.qmax)

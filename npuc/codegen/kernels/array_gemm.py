@@ -17,7 +17,7 @@ from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import epilogue_supports
 from npuc.codegen.kernel import Kernel, Plan, register_kernel
 from npuc.codegen.kernels.array_engine import ArrayEngine
-from npuc.codegen.kernels.array_plan import array_plan, operand_names, operand_strides
+from npuc.codegen.kernels.array_plan import array_plan, array_quant, int8_inputs_problem, operand_names, operand_strides
 from npuc.codegen.tensor import DramTensor
 from npuc.schedule.problem import ArrayProblem, Axis, OperandLayout
 from npuc.targets import Target
@@ -39,7 +39,7 @@ def _addrs(t: DramTensor, batch: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def gemm_problem(k: Kernel) -> ArrayProblem:
-    a, b = k.inputs
+    a, b = k.inputs[:2]
     out = k.output
     batch = out.shape[:-2]
     m, kk = a.shape[-2], a.shape[-1]
@@ -67,6 +67,7 @@ def gemm_problem(k: Kernel) -> ArrayProblem:
         out_strides=(0, out.strides[-2], out.strides[-1]),
         epilogue=k.epilogue,
         operands=tuple(operands),
+        quant=array_quant(k, [0] * len(_addrs(out, batch))),
     )
 
 
@@ -78,11 +79,12 @@ class GemmOnArray:
     def supports(self, k: Kernel, target: Target) -> str | None:
         if k.dtype.name not in target.array.dtypes:
             return f"target '{target.name}' has no {k.dtype.name} array (array.dtypes = {list(target.array.dtypes)})"
-        if not k.dtype.is_float:
-            return f"{k.dtype.name} matrix products (REQUANT epilogue) are not implemented yet"
-        if len(k.inputs) != 2:
+        problem = int8_inputs_problem(k)
+        if problem:
+            return problem
+        if len(k.inputs) != (4 if k.quant else 2):
             return "gemm takes two inputs a [*B, M, K] and b [*B, K, N]"
-        a, b = k.inputs
+        a, b = k.inputs[:2]
         out = k.output
         if a.rank < 2 or b.rank < 2 or out.rank < 2:
             return "gemm operands must have at least 2 dimensions"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from npuc.codegen.kernel import Kernel, Plan
 from npuc.codegen.tensor import DramTensor
 from npuc.errors import CompileError
-from npuc.schedule.problem import ArrayProblem
+from npuc.isa.enums import DType
+from npuc.schedule.problem import ArrayProblem, ArrayQuant
 from npuc.schedule.search import choose
 from npuc.targets import Target
 
@@ -29,3 +30,39 @@ def operand_strides(t: DramTensor, shape: tuple[int, ...], kernel: str) -> tuple
 
 def operand_names(k: Kernel) -> tuple[str, ...]:
     return tuple(e.operand.name for e in k.epilogue if e.operand is not None)
+
+
+def int8_inputs_problem(k: Kernel) -> str | None:
+    """Why an array kernel's int8 form is malformed, or None (fp16 kernels pass).
+
+    An int8 conv2d/gemm takes x, w, the folded int32 bias ``[n]`` and the int32 REQUANT records
+    ``[n, 2]`` (n output channels), and a :class:`~npuc.codegen.kernel.QuantAttrs`."""
+    if k.dtype.is_float:
+        return "a float kernel takes no quantization parameters" if k.quant is not None else None
+    if k.dtype is not DType.int8:
+        return f"{k.dtype.name} array kernels are not supported (int8 or fp16)"
+    if k.quant is None or len(k.inputs) != 4:
+        return "an int8 array kernel takes x, w, the int32 bias and the REQUANT records, and QuantAttrs"
+    n = k.output.shape[1] if k.kind == "conv2d" else k.output.shape[-1]
+    bias, rec = k.inputs[2], k.inputs[3]
+    if bias.dtype is not DType.int32 or bias.shape != (n,) or rec.dtype is not DType.int32 or rec.shape != (n, 2):
+        return f"the int8 bias must be int32 [{n}] and the records int32 [{n}, 2], got {bias} and {rec}"
+    if not (bias.is_dense() and rec.is_dense() and rec.strides[1] == 4):
+        return f"the int8 bias and records must be dense row-major constants, got {bias} and {rec}"
+    if any(not -128 <= v <= 127 for v in (k.quant.in_zero_point, k.quant.out_zero_point, k.quant.qmin, k.quant.qmax)):
+        return f"zero points and clamp bounds must be int8 values: {k.quant}"
+    return None
+
+
+def array_quant(k: Kernel, channel_offsets: list[int]) -> ArrayQuant | None:
+    """The int8 side of an array kernel's problem: bias and records addresses per batch (its
+    first output channel at ``channel_offsets[b]``), None for a float kernel."""
+    if k.quant is None or len(k.inputs) < 4:
+        return None
+    bias, rec = k.inputs[2], k.inputs[3]
+    q = k.quant
+    return ArrayQuant(
+        tuple(bias.addr + c * bias.strides[0] for c in channel_offsets),
+        tuple(rec.addr + c * rec.strides[0] for c in channel_offsets),
+        q.in_zero_point, q.out_zero_point, q.qmin, q.qmax,
+    )

@@ -31,13 +31,40 @@ def canonical(tensors: Sequence[DramTensor], ref: DramTensor) -> list[DramTensor
     return [DramTensor(t.name, tuple(sh), t.dtype, t.addr, tuple(s)) for t, s in zip(tensors, sts)]
 
 
-def dtype_problem(dtype: DType, target: Any) -> str | None:
-    """Why the vector kernels cannot compute in ``dtype`` on ``target``, or None."""
+def dtype_problem(dtype: DType, target: Any, int8: bool = False) -> str | None:
+    """Why a vector kernel cannot compute in ``dtype`` on ``target``, or None (``int8``: the
+    kernel has an int8 form)."""
     if dtype is DType.fp16:
         if not target.has_fp16:
             return f"target '{target.name}' has no fp16 vector arithmetic"
         return None
-    return f"{dtype.name} vector kernels are not implemented yet (fp16 only)"
+    if dtype is DType.int8 and int8:
+        return None
+    return f"this kernel has no {dtype.name} form (fp16{' and int8' if int8 else ''} only)"
+
+
+def quant_problem(k: Any, channels: int, records: int | None = None) -> str | None:
+    """Why an int8 kernel with a folded bias and per-channel REQUANT records (the last two
+    inputs: int32 ``[channels]`` and int32 ``[records or channels, 2]``) is malformed, or None;
+    fp16 kernels pass."""
+    if k.dtype.is_float:
+        return "a float kernel takes no quantization parameters" if k.quant is not None else None
+    if k.quant is None:
+        return "an int8 kernel needs QuantAttrs (zero points, clamp)"
+    bias, rec = k.inputs[-2], k.inputs[-1]
+    n = channels if records is None else records
+    if bias.dtype is not DType.int32 or bias.shape != (channels,) or rec.dtype is not DType.int32 or rec.shape != (n, 2):
+        return f"the int8 bias must be int32 [{channels}] and the records int32 [{n}, 2], got {bias} and {rec}"
+    return zero_point_problem(k)
+
+
+def zero_point_problem(k: Any) -> str | None:
+    """Why an int8 kernel's zero points or clamp bounds are not int8 values, or None."""
+    q = k.quant
+    vals = (q.in_zero_point, q.out_zero_point, q.qmin, q.qmax) + tuple(q.in_zero_points)
+    if any(not -128 <= v <= 127 for v in vals) or q.qmin > q.qmax:
+        return f"zero points and clamp bounds must be int8 values with qmin <= qmax: {q}"
+    return None
 
 
 def estimate_cycles(target: Any, dram_bytes: int, lane_ops: int, instructions: int) -> int:

@@ -12,6 +12,10 @@ channels)``; otherwise each tap is a few instructions (``vector_nd``).  The epil
 activation, residual ...) runs on the accumulator tile, which is then stored.  Tiles rotate
 through three buffer sets, software-pipelined (``pipeline``), so DMA overlaps the vector work.
 
+int8 (``QuantAttrs``; inputs x, w, the folded int32 bias ``[C]`` and the REQUANT records
+``[C, 2]``): the padding holds the input zero point, the int32 sums start at the bias, each tap
+is one widening ``VBIN mac`` (exact), and REQUANT writes the int8 tile per channel.
+
 Numerics (fp16): products and sums are computed in fp32 by the vector unit and rounded to fp16
 after each multiply and each add (2 kh kw - 1 roundings per output; relative error ~1e-3 for
 3x3).  This keeps the vector unit lane-bound (fp32 operands would make it scratchpad-bound at
@@ -26,6 +30,7 @@ from npuc.codegen.epilogue import (
     ALIGN,
     MAX_COUNT,
     Tile,
+    emit_bias_requant,
     alloc_epilogue,
     apply_epilogue,
     channels_last_block,
@@ -39,8 +44,17 @@ from npuc.codegen.epilogue import (
     vector_nd,
 )
 from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import (
+    dtype_problem,
+    estimate_cycles,
+    fetch_padded,
+    largest_fitting,
+    overlap_cap,
+    pipeline,
+    quant_problem,
+)
 from npuc.errors import CompileError
+from npuc.isa.enums import DType
 
 NSETS = 3
 _EXPAND_SHARE = 8  # repeated weights may take up to 1/8 of the scratchpad
@@ -71,21 +85,30 @@ def _kernel_hw(k: Kernel) -> tuple[int, int]:
     return k.inputs[1].shape[2], k.inputs[1].shape[3]
 
 
+def _acc_size(k: Kernel) -> int:
+    """Bytes per accumulator element: the element size, or 4 (int32) for int8."""
+    return k.dtype.size if k.dtype.is_float else 4
+
+
 def _set_bytes(k: Kernel, rows: int, chans: int) -> int:
     es = k.dtype.size
     rin, wp = _geometry(k, rows)
     ow = k.output.shape[3]
     out = rows * ow * chans * es
-    return _r(rin * wp * chans * es) + _r(out) + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1)
+    acc = 0 if k.dtype.is_float else _r(rows * ow * chans * 4)  # int8: int32 sums beside the int8 tile
+    return _r(rin * wp * chans * es) + _r(out) + acc + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1)
 
 
 def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool) -> int:
-    """Weights (plain or repeated along a row) and the product scratch tile, shared by all sets."""
+    """Weights (plain or repeated along a row) and the product scratch tile (fp16), or the bias
+    and REQUANT records (int8), shared by all sets."""
     es = k.dtype.size
     kh, kw = _kernel_hw(k)
     ow = k.output.shape[3]
     c = k.inputs[0].shape[1]
     w = kh * kw * c * es + (kh * kw * ow * chans * es if expand else 0)
+    if not k.dtype.is_float:
+        return _r(w) + _r(c * 4) + _r(c * 8)
     return _r(w) + _r(rows * ow * chans * es)
 
 
@@ -99,9 +122,11 @@ class DepthwiseKernel:
         return (2, 3, 1, 0) if index == 1 else None
 
     def supports(self, kernel: Kernel, target) -> str | None:
-        if len(kernel.inputs) != 2:
-            return f"depthwise_conv2d takes x and w, got {len(kernel.inputs)} inputs"
-        x, w = kernel.inputs
+        want = 2 if kernel.dtype.is_float else 4
+        if len(kernel.inputs) != want:
+            return (f"depthwise_conv2d takes x and w (int8: and the int32 bias and REQUANT records), "
+                    f"got {len(kernel.inputs)} inputs")
+        x, w = kernel.inputs[:2]
         out = kernel.output
         if x.rank != 4 or w.rank != 4 or out.rank != 4:
             return "depthwise_conv2d needs 4-D x, w and output"
@@ -111,7 +136,8 @@ class DepthwiseKernel:
         for t in (x, out):
             if t.strides[1] != t.dtype.size:
                 return f"depthwise_conv2d needs channels-last tensors; {t.name} has channel stride {t.strides[1]}"
-        return dtype_problem(kernel.dtype, target) or epilogue_supports(kernel.epilogue, kernel.dtype, target)
+        return dtype_problem(kernel.dtype, target, int8=True) or quant_problem(kernel, c) or epilogue_supports(
+            kernel.epilogue, kernel.dtype, target)
 
     def plan(self, kernel: Kernel, target) -> Plan:
         x, out = kernel.inputs[0], kernel.output
@@ -139,7 +165,8 @@ class DepthwiseKernel:
         per_tap = 1 if expand else min(rows, ow)
         est = estimate_cycles(target, x.nbytes + out.nbytes, lane, tiles * (2 * kh * kw * per_tap + len(kernel.epilogue)))
         summary = (f"depthwise {kh}x{kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]}, {rows} output rows x "
-                   f"{chans} channels per tile, fp16 multiply-add per tap{', weights repeated along rows' if expand else ''}")
+                   f"{chans} channels per tile, {'fp16 multiply-add' if kernel.dtype.is_float else 'int8 mac into int32'} per tap"
+                   f"{', weights repeated along rows' if expand else ''}")
         spad = NSETS * _set_bytes(kernel, rows, chans) + _fixed_bytes(kernel, rows, chans, expand)
         return Plan(summary, spad, 0, est, DepthwisePlan(rows, chans, expand))
 
@@ -152,7 +179,7 @@ class _Emission:
 
     def __init__(self, k: Kernel, p: DepthwisePlan, em) -> None:
         self.k, self.p, self.em = k, p, em
-        x, w = k.inputs
+        x, w = k.inputs[:2]
         self.n, self.c, self.h, self.w = x.shape
         self.oh, self.ow = k.output.shape[2], k.output.shape[3]
         self.kh, self.kw = _kernel_hw(k)
@@ -162,13 +189,19 @@ class _Emission:
         es, ow = self.es, self.ow
         self.wbuf = arena.alloc(self.kh * self.kw * self.c * es, "weights")
         self.wexp = arena.alloc(self.kh * self.kw * ow * p.chans * es, "repeated weights") if p.expand else None
-        self.tmp = arena.alloc(p.rows * ow * p.chans * es, "products")
+        self.int8 = not k.dtype.is_float
+        if self.int8:  # int32 sums, the folded bias and the REQUANT records of every channel
+            self.bias = arena.alloc(self.c * 4, "bias")
+            self.records = arena.alloc(self.c * 8, "requant records")
+        else:
+            self.tmp = arena.alloc(p.rows * ow * p.chans * es, "products")
         self.sets = []
         for i in range(NSETS):
             ibuf = arena.alloc(self.rin * self.wp * p.chans * es, f"input {i}")
-            acc = arena.alloc(p.rows * ow * p.chans * es, f"accumulator {i}")
+            acc = arena.alloc(p.rows * ow * p.chans * es, f"accumulator {i}" if not self.int8 else f"output {i}")
+            sums = arena.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if self.int8 else None
             bufs = alloc_epilogue(arena, k.epilogue, p.rows * ow, p.chans, k.dtype, col_dim=1)
-            self.sets.append((ibuf, acc, bufs))
+            self.sets.append((ibuf, acc, bufs, sums))
         self.tiles = [(b, o0, c0) for b in range(self.n) for o0 in range(0, self.oh, p.rows) for c0 in range(0, self.c, p.chans)]
         self.loaded: dict[int, tuple] = {}
 
@@ -176,6 +209,10 @@ class _Emission:
         w = self.k.inputs[1]
         dma_nd(self.em, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
                self.wbuf, (self.kw * self.c * self.es, self.c * self.es, self.es), self.es)
+        if self.int8:
+            bias, rec = self.k.inputs[2], self.k.inputs[3]
+            dma_nd(self.em, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
+            dma_nd(self.em, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
         pipeline(len(self.tiles), self.fetch, self.compute, NSETS)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
@@ -185,9 +222,10 @@ class _Emission:
     def fetch(self, i: int) -> None:
         a = self.k.attrs
         b, o0, c0, nr, nc, r0 = self._block(i)
-        ibuf, _, bufs = self.sets[i % NSETS]
+        ibuf, _, bufs, _ = self.sets[i % NSETS]
         rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
-        fetch_padded(self.em, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1], ibuf, 0.0)
+        pad = float(self.k.quant.in_zero_point) if self.int8 else 0.0  # int8 padding holds the zero point
+        fetch_padded(self.em, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1], ibuf, pad)
         blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_block(t, r0, nr * self.ow, c0, nc))
         self.loaded[i] = load_epilogue_operands(self.em, self.k.epilogue, bufs, blocks, nr * self.ow, nc)
 
@@ -203,9 +241,12 @@ class _Emission:
         a = self.k.attrs
         k, em, es, ow = self.k, self.em, self.es, self.ow
         b, o0, c0, nr, nc, r0 = self._block(i)
-        ibuf, acc, _ = self.sets[i % NSETS]
+        ibuf, acc, _, sums = self.sets[i % NSETS]
         if self.p.expand and (i == 0 or self._block(i - 1)[2] != c0):
             self._expand_weights(c0, nc)
+        if self.int8:
+            self._compute_int8(i, ibuf, acc, sums)
+            return
         row_s, px_s = self.wp * nc * es, nc * es
         shape = (nr, ow, nc)
         out_str = (ow * nc * es, nc * es, es)
@@ -224,6 +265,35 @@ class _Emission:
                 vector_nd(em, "VBIN", shape, {"dst": (acc, out_str), "a": (acc, out_str), "b": (self.tmp, out_str)},
                           op="add", dtype=dt)
         tile = Tile(acc, nr * ow, nc, k.dtype)
+        apply_epilogue(em, k.epilogue, tile, self.loaded.pop(i))
+        store_pieces(em, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
+
+    def _tap_weights(self, t: int, c0: int, nc: int) -> tuple[int, tuple[int, int, int]]:
+        es, ow = self.es, self.ow
+        if self.p.expand:
+            return self.wexp + t * ow * nc * es, (0, nc * es, es)
+        return self.wbuf + (t * self.c + c0) * es, (0, 0, es)
+
+    def _compute_int8(self, i: int, ibuf: int, out: int, sums: int) -> None:
+        """int8: int32 sums start at the folded bias, one widening VBIN mac per tap adds
+        x * w exactly, REQUANT per channel writes the int8 tile."""
+        a, k, em, es, ow = self.k.attrs, self.k, self.em, self.es, self.ow
+        b, o0, c0, nr, nc, r0 = self._block(i)
+        row_s, px_s = self.wp * nc * es, nc * es
+        shape = (nr, ow, nc)
+        sum_str = (ow * nc * 4, nc * 4, 4)
+        vector_nd(em, "VUN", shape, {"dst": (sums, sum_str), "src": (self.bias + c0 * 4, (0, 0, 4))},
+                  op="copy", dtype="int32")
+        for t in range(self.kh * self.kw):
+            dy, dx = divmod(t, self.kw)
+            src = ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s
+            src_str = (a.stride[0] * row_s, a.stride[1] * px_s, es)
+            vector_nd(em, "VBIN", shape, {"dst": (sums, sum_str), "a": (src, src_str), "b": self._tap_weights(t, c0, nc)},
+                      op="mac", dtype=k.dtype.name)
+        q = k.quant
+        tile = Tile(out, nr * ow, nc, k.dtype)
+        emit_bias_requant(em, Tile(sums, nr * ow, nc, DType.int32), tile, None, self.records + c0 * 8,
+                          q.out_zero_point, q.qmin, q.qmax)
         apply_epilogue(em, k.epilogue, tile, self.loaded.pop(i))
         store_pieces(em, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
 
