@@ -221,6 +221,13 @@ class QuantAttrs:
         return "{" + ", ".join(parts) + "}"
 
 
+@dataclass(frozen=True)
+class QBinaryAttrs:
+    """``qbinary``: ``op`` "add" (qadd) or "mul" (qmul) of two int8 operands."""
+
+    op: str
+
+
 _KERNELS: dict[str, KernelImpl] = {}
 
 

@@ -14,6 +14,13 @@ Global pools (a window the size of the whole input, no padding) use VREDUCE down
 column of each channel instead (any size; VPOOL windows are at most 15 x 15), accumulating in
 fp32 over pixel chunks, then scaling (avg) and converting to fp16.
 
+int8: max pools fill borders with -128 and are exact.  Average pools (inputs x and the int32
+REQUANT records of :func:`record_divisors`, ``QuantAttrs``) fill borders with the input zero
+point, VPOOL sums every window cell into int32, a VUN subtracts kh x kw x zx (so padding adds
+nothing) and one REQUANT per rectangle of equal divisors applies that divisor's record: the
+steps of ``npuc.quant.arith.run_average``.  Global pools reduce into int32 and do the same with
+one record.
+
 Numerics (fp16): VPOOL sums in fp32 and rounds the window sum to fp16 before the divisor
 multiply; global sums stay in fp32 until the final conversion.  Max is exact.
 """
@@ -24,8 +31,18 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, MAX_COUNT, dma_nd, f32
 from npuc.codegen.kernel import Kernel, Plan, PoolAttrs, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.epilogue import Tile, emit_bias_requant, emit_vun
+from npuc.codegen.kernels.vector_common import (
+    dtype_problem,
+    estimate_cycles,
+    fetch_padded,
+    largest_fitting,
+    overlap_cap,
+    pipeline,
+    zero_point_problem,
+)
 from npuc.errors import CompileError
+from npuc.isa.enums import DType
 
 NSETS = 3
 _MAX_WINDOW = 15  # VPOOL kh/kw/sy/sx are 4-bit fields
@@ -63,7 +80,45 @@ def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
 def _tile_bytes(k: Kernel, rows: int, chans: int) -> int:
     es = k.dtype.size
     rin, wp = _geometry(k, rows)
-    return _round(rin * wp * chans * es) + _round(rows * k.output.shape[3] * chans * es)
+    sums = _round(rows * k.output.shape[3] * chans * 4) if _int8_avg(k) else 0
+    return _round(rin * wp * chans * es) + _round(rows * k.output.shape[3] * chans * es) + sums
+
+
+def _int8_avg(k: Kernel) -> bool:
+    return not k.dtype.is_float and k.attrs.kind == "avg"
+
+
+def record_divisors(attrs: PoolAttrs, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> tuple[int, ...]:
+    """int8 average pools: the divisor each row of the REQUANT records input stands for.
+
+    One row when every window has the same divisor (a global pool, ``divisor_override``);
+    otherwise row d - 1 for divisor d, d = 1 .. kh x kw.  The lowering fills row i with
+    ``npuc.quant.arith.average_multiplier(in_scale, divisors[i], out_scale)``."""
+    if attrs.divisor_override is not None:
+        return (attrs.divisor_override,)
+    if tuple(attrs.kernel) == tuple(in_hw) and tuple(attrs.padding) == (0, 0) and tuple(out_hw) == (1, 1):
+        return (in_hw[0] * in_hw[1],)
+    return tuple(range(1, attrs.kernel[0] * attrs.kernel[1] + 1))
+
+
+def _record_row(divisors: tuple[int, ...], d: int) -> int:
+    return 0 if len(divisors) == 1 else d - 1
+
+
+def _int8_problem(k: Kernel) -> str | None:
+    """Why an int8 pool2d is malformed, or None: max takes x alone; avg takes x and int32
+    REQUANT records ``[len(record_divisors), 2]`` and QuantAttrs."""
+    if k.dtype.is_float:
+        return None if len(k.inputs) == 1 and k.quant is None else "a float pool2d takes one input"
+    if k.attrs.kind == "max":
+        return None if len(k.inputs) == 1 else "an int8 max pool takes one input"
+    if k.quant is None or len(k.inputs) != 2:
+        return "an int8 average pool takes x and the REQUANT records, and QuantAttrs"
+    rec = k.inputs[1]
+    rows = len(record_divisors(k.attrs, k.inputs[0].shape[2:], k.output.shape[2:]))
+    if rec.dtype.name != "int32" or rec.shape != (rows, 2) or not rec.is_dense():
+        return f"the int8 average pool records must be dense int32 [{rows}, 2], got {rec}"
+    return zero_point_problem(k)
 
 
 def _counts(n_out: int, stride: int, pad: int, size: int, win: int, include_pad: bool) -> list[int]:
@@ -109,7 +164,7 @@ class PoolKernel:
                 return f"pool2d needs channels-last tensors (channel stride = element size); {t.name} has {t.strides[1]}"
         if kernel.epilogue:
             return "pool2d takes no epilogue"
-        problem = dtype_problem(kernel.dtype, target)
+        problem = dtype_problem(kernel.dtype, target, int8=True) or _int8_problem(kernel)
         if problem or _is_global(kernel):
             return problem
         if tuple(a.dilation) != (1, 1):
@@ -167,6 +222,8 @@ def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
     arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
     bufs = [arena.alloc(p.chunk * p.chans * es, f"pixels {i}") for i in range(NSETS)]
     accs = [arena.alloc(p.chans * 4, f"sums {i}") for i in range(2)]
+    records = _load_records(em, k, arena)
+    acc_dt = "fp32" if k.dtype.is_float else "int32"
     op = "max" if k.attrs.kind == "max" else "sum"
     npx = h * w
     step = 0
@@ -179,13 +236,39 @@ def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
             step += 1
             y0, x0 = divmod(p0, w)
             _load_pixels(em, x, b, c0, nc, p0, npix, buf, es)
-            em.emit("VREDUCE", op=op, dtype=dt, out_dtype="fp32", acc=j > 0, n0=npix, n1=nc, dst=acc, dst_s=4,
+            em.emit("VREDUCE", op=op, dtype=dt, out_dtype=acc_dt, acc=j > 0, n0=npix, n1=nc, dst=acc, dst_s=4,
                     src=buf, src_s0=nc * es if npix > 1 else 0, src_s1=es if nc > 1 else 0)
-        if k.attrs.kind == "avg":
+        if not k.dtype.is_float:
+            _finish_int8(em, k, acc, nc, npx, records)
+        elif k.attrs.kind == "avg":
             div = k.attrs.divisor_override or npx
             em.emit("VUN", op="muls", dtype="fp32", n0=nc, dst=acc, src=acc, imm0=f32(1.0 / div))
-        em.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nc, dst=acc, src=acc)
+        if k.dtype.is_float:
+            em.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nc, dst=acc, src=acc)
         dma_nd(em, "DMA_STORE", out.offset((b, c0, 0, 0)), (nc,), (out.strides[1],), acc, (es,), es)
+
+
+def _load_records(em, k: Kernel, arena: SramArena) -> int | None:
+    """int8 average pools: the REQUANT records, loaded once (None for other pools)."""
+    if not _int8_avg(k):
+        return None
+    rec = k.inputs[1]
+    addr = arena.alloc(rec.nbytes, "requant records")
+    dma_nd(em, "DMA_LOAD", rec.addr, rec.shape, rec.strides, addr, (8, 4), 4)
+    return addr
+
+
+def _finish_int8(em, k: Kernel, acc: int, nc: int, npx: int, records: int | None) -> None:
+    """int8 global pool results (int32 sums or maxima) -> int8 in place: a max converts
+    (exact), an average subtracts npx x zx and REQUANTs (``npuc.quant.arith.run_average``)."""
+    if records is None:
+        em.emit("VCVT", src_dtype="int32", dst_dtype="int8", n0=nc, dst=acc, src=acc)
+        return
+    q = k.quant
+    sums = Tile(acc, 1, nc, DType.int32)
+    emit_vun(em, sums, "adds", float(-npx * q.in_zero_point))
+    emit_bias_requant(em, sums, Tile(acc, 1, nc, DType.int8), None, records, q.out_zero_point, q.qmin, q.qmax,
+                      per_channel=False)
 
 
 def _load_pixels(em, x, b: int, c0: int, nc: int, p0: int, npix: int, buf: int, es: int) -> None:
@@ -216,11 +299,15 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
     es = k.dtype.size
     dt = k.dtype.name
     (kh, kw), (sy, sx), (pt, pl) = a.kernel, a.stride, a.padding
-    fill = float("-inf") if a.kind == "max" else 0.0
+    int8_avg = _int8_avg(k)
+    fill = float("-inf") if a.kind == "max" else float(k.quant.in_zero_point) if int8_avg else 0.0
     arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
     rin_max, wp = _geometry(k, p.rows)
-    sets = [(arena.alloc(rin_max * wp * p.chans * es, f"input {i}"), arena.alloc(p.rows * ow * p.chans * es, f"output {i}"))
+    sets = [(arena.alloc(rin_max * wp * p.chans * es, f"input {i}"), arena.alloc(p.rows * ow * p.chans * es, f"output {i}"),
+             arena.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
             for i in range(NSETS)]
+    records = _load_records(em, k, arena)
+    divisors = record_divisors(a, (h, w), (oh, ow)) if int8_avg else ()
     include = a.count_include_pad
     hc = _counts(oh, sy, pt, h, kh, include)
     wc = _counts(ow, sx, pl, w, kw, include)
@@ -235,16 +322,42 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
     def pool(i: int) -> None:
         b, o0, c0 = tiles[i]
         nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
-        ibuf, obuf = sets[i % NSETS]
+        ibuf, obuf, sums = sets[i % NSETS]
         row_s, px_s = wp * nc * es, nc * es
-        em.emit("VPOOL", op="max" if a.kind == "max" else "sum", dtype=dt, out_dtype=dt, c=nc, ow=ow, oh=nr,
-                kh=kh, kw=kw, sy=sy, sx=sx, src=ibuf, src_sx=px_s, src_sy=row_s, dst=obuf, dst_sx=px_s, dst_sy=ow * px_s)
-        if a.kind == "avg":
+        if int8_avg:
+            em.emit("VPOOL", op="sum", dtype=dt, out_dtype="int32", c=nc, ow=ow, oh=nr, kh=kh, kw=kw, sy=sy, sx=sx,
+                    src=ibuf, src_sx=px_s, src_sy=row_s, dst=sums, dst_sx=nc * 4, dst_sy=ow * nc * 4)
+            _requant_windows(em, k, sums, obuf, nr, ow, nc, hc[o0:o0 + nr], wc, records, divisors)
+        else:
+            em.emit("VPOOL", op="max" if a.kind == "max" else "sum", dtype=dt, out_dtype=dt, c=nc, ow=ow, oh=nr,
+                    kh=kh, kw=kw, sy=sy, sx=sx, src=ibuf, src_sx=px_s, src_sy=row_s, dst=obuf, dst_sx=px_s,
+                    dst_sy=ow * px_s)
+        if a.kind == "avg" and not int8_avg:
             _scale(em, dt, obuf, nr, ow, nc, es, hc[o0:o0 + nr], wc, a.divisor_override)
         dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, 0)), (nr, ow, nc), (out.strides[2], out.strides[3], out.strides[1]),
                obuf, (ow * px_s, px_s, es), es)
 
     pipeline(len(tiles), fetch, pool, NSETS)
+
+
+def _requant_windows(em, k: Kernel, sums: int, obuf: int, nr: int, ow: int, nc: int, hc: list[int], wc: list[int],
+                     records: int, divisors: tuple[int, ...]) -> None:
+    """int8 average: window sums (every cell of every window, padding holding zx) minus
+    kh x kw x zx, then one REQUANT per rectangle of equal divisors with that divisor's record."""
+    a: PoolAttrs = k.attrs
+    q = k.quant
+    emit_vun(em, Tile(sums, nr * ow, nc, DType.int32), "adds", float(-a.kernel[0] * a.kernel[1] * q.in_zero_point))
+    for r0, rn, hv in _runs(hc, 0, nr):
+        for q0, qn, wv in _runs(wc, 0, ow):
+            div = a.divisor_override or hv * wv
+            step = max(1, MAX_COUNT // nc)  # columns of pixels per REQUANT row (16-bit n0)
+            for c0 in range(q0, q0 + qn, step):
+                cn = min(step, q0 + qn - c0)
+                at = (r0 * ow + c0) * nc
+                src = Tile(sums + at * 4, rn, cn * nc, DType.int32, s1=ow * nc * 4)
+                dst = Tile(obuf + at, rn, cn * nc, DType.int8, s1=ow * nc)
+                emit_bias_requant(em, src, dst, None, records + 8 * _record_row(divisors, div), q.out_zero_point,
+                                  q.qmin, q.qmax, per_channel=False)
 
 
 def _scale(em, dt: str, obuf: int, nr: int, ow: int, nc: int, es: int, hc: list[int], wc: list[int], override) -> None:

@@ -8,6 +8,9 @@ H and W of a channels-last tensor run down the columns (channels contiguous).  T
 scaled by 1/count for a mean, converted to fp16 and stored.  Input tiles rotate through three
 buffer sets, pipelined.
 
+int8 (``qmean``: inputs x and the int32 REQUANT record ``[1, 2]``): sums accumulate in int32,
+then a VUN subtracts count x zx and REQUANT writes int8 (``npuc.quant.arith.run_average``).
+
 Numerics: every reduction accumulates in fp32 (VREDUCE fp16 -> fp32), the mean's scaling is
 fp32, and only the final result is rounded to fp16; max and min are exact.
 """
@@ -16,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npuc.codegen.epilogue import ALIGN, f32
+from npuc.codegen.epilogue import ALIGN, Tile, emit_bias_requant, emit_vun, f32
 from npuc.codegen.kernel import Kernel, Plan, ReduceAttrs, SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
+from npuc.codegen.kernels.vector_common import zero_point_problem, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
 from npuc.codegen.kernels.vector_rows import MAX_N, Operand, move_tile, reduce_rows, row_space, tile_strides, unary_rows
 from npuc.errors import CompileError
+from npuc.isa.enums import DType
 
 NSETS = 3
 
@@ -58,8 +62,12 @@ class ReduceKernel:
 
     def supports(self, kernel: Kernel, target) -> str | None:
         a = kernel.attrs
-        if not isinstance(a, ReduceAttrs) or len(kernel.inputs) != 1:
-            return "reduce takes one input and ReduceAttrs"
+        if not isinstance(a, ReduceAttrs) or len(kernel.inputs) != (1 if kernel.dtype.is_float else 2):
+            return "reduce takes one input (int8: and the REQUANT record) and ReduceAttrs"
+        if not kernel.dtype.is_float:
+            problem = _int8_problem(kernel)
+            if problem:
+                return problem
         if a.op not in ("sum", "mean", "max", "min"):
             return f"reduction '{a.op}' is not sum, mean, max or min"
         x = kernel.inputs[0]
@@ -72,7 +80,7 @@ class ReduceKernel:
             return f"reduce output shape {list(kernel.output.shape)} should be {list(want)}"
         if kernel.epilogue:
             return "reduce takes no epilogue"
-        return dtype_problem(kernel.dtype, target)
+        return dtype_problem(kernel.dtype, target, int8=True)
 
     def plan(self, kernel: Kernel, target) -> Plan:
         sp = _space(kernel)
@@ -113,6 +121,13 @@ class ReduceKernel:
         accs = [arena.alloc(p.rows * 4, f"results {i}") for i in range(2)]
         op = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}[kernel.attrs.op]
         x, out = kernel.inputs[0], kernel.output
+        int8 = not kernel.dtype.is_float
+        acc_dt = "int32" if int8 else "fp32"
+        records = None
+        if int8:
+            rec = kernel.inputs[1]
+            records = arena.alloc(8, "requant record")
+            em.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=records, n0=2)
         steps = [(kb, k0, l0) for kb, k0 in enumerate(range(0, K, p.rows)) for l0 in range(0, L, p.chunk)]
 
         def view(i: int):
@@ -128,16 +143,39 @@ class ReduceKernel:
         def compute(i: int) -> None:
             kb, k0, l0, nk, nl, buf, ks, ls = view(i)
             acc = accs[kb % 2]
-            reduce_rows(em, op, dt, "fp32", Operand(buf, ks, ls), nk, nl, acc, 4, acc=l0 > 0)
+            reduce_rows(em, op, dt, acc_dt, Operand(buf, ks, ls), nk, nl, acc, 4, acc=l0 > 0)
             if l0 + nl < L:
                 return
-            if kernel.attrs.op == "mean":
+            if int8:
+                _finish_int8(em, kernel, acc, nk, L, records)
+            elif kernel.attrs.op == "mean":
                 unary_rows(em, "VUN", Operand(acc, 4, 0), Operand(acc, 4, 0), nk, 1, op="muls", dtype="fp32",
                            imm0=f32(1.0 / L))
-            unary_rows(em, "VCVT", Operand(acc, es, 0), Operand(acc, 4, 0), nk, 1, src_dtype="fp32", dst_dtype=dt)
+            if not int8:
+                unary_rows(em, "VCVT", Operand(acc, es, 0), Operand(acc, 4, 0), nk, 1, src_dtype="fp32", dst_dtype=dt)
             move_tile(em, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, 1, acc, es, es, es)
 
         pipeline(len(steps), fetch, compute, NSETS)
+
+
+def _int8_problem(k: Kernel) -> str | None:
+    """An int8 reduce is a mean (``qmean``): x, the int32 REQUANT record ``[1, 2]``, QuantAttrs."""
+    if k.attrs.op != "mean":
+        return f"int8 reductions are means (qmean), not '{k.attrs.op}'"
+    rec = k.inputs[1]
+    if k.quant is None or rec.dtype is not DType.int32 or rec.shape != (1, 2):
+        return f"an int8 mean takes the int32 REQUANT record [1, 2] and QuantAttrs, got {rec}"
+    return zero_point_problem(k)
+
+
+def _finish_int8(em, k: Kernel, acc: int, nk: int, count: int, records: int) -> None:
+    """int8 mean: the int32 sums minus count x zx, REQUANT (``npuc.quant.arith.run_average``)
+    into int8 in place."""
+    q = k.quant
+    sums = Tile(acc, 1, nk, DType.int32)
+    emit_vun(em, sums, "adds", float(-count * q.in_zero_point))
+    emit_bias_requant(em, sums, Tile(acc, 1, nk, DType.int8), None, records, q.out_zero_point, q.qmin, q.qmax,
+                      per_channel=False)
 
 
 register_kernel(ReduceKernel())

@@ -1,0 +1,265 @@
+"""int8 elementwise kernels on the vector unit: ``qbinary`` (qadd, qmul) and ``lut`` (qlut).
+
+Both see their tensors like ``eltwise`` does: every tensor has the output's logical shape (zero
+strides where an operand broadcasts), taken together in the output's physical order with
+dimensions merged where all allow it (:func:`canonical`), and cut into ``rows x cols`` tiles
+that rotate through three buffer sets (software-pipelined: loads of the next tiles and the store
+of the previous one overlap the vector work on this one).
+
+``qbinary`` (inputs a, b and the int32 REQUANT record ``[1, 2]``; ``QuantAttrs.in_zero_points``
+= (za, zb), ``factors`` = (fa, fb) for an add) runs the steps of ``npuc.quant.arith.run_qadd`` /
+``run_qmul`` exactly, each an instruction that saturates to int32 as the reference does:
+
+1. VCVT int8 -> int32 of each operand (a broadcast operand is loaded once per tile row or
+   column and widened with zero strides);
+2. VUN adds -z of each operand, then (add) VUN muls by its factor;
+3. VBIN add (qadd) or mul (qmul) in int32;
+4. REQUANT with the record, the output zero point and the clamp.
+
+``lut`` (inputs x and the 256-byte int8 table) is one LUT instruction per tile, in place; the
+table is loaded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from npuc.codegen.epilogue import (
+    ALIGN,
+    MAX_COUNT,
+    Tile,
+    broadcast_kind,
+    emit_bias_requant,
+    emit_vbin,
+    emit_vun,
+    load_operand,
+    load_pieces,
+    rows_block,
+    store_pieces,
+)
+from npuc.codegen.kernel import Kernel, Plan, QBinaryAttrs, SramArena, register_kernel
+from npuc.codegen.kernels.vector_common import (
+    burst_bytes,
+    canonical,
+    estimate_cycles,
+    largest_fitting,
+    overlap_cap,
+    pipeline,
+    tile_grid,
+    zero_point_problem,
+)
+from npuc.codegen.tensor import DramTensor
+from npuc.errors import CompileError
+from npuc.isa.enums import DType
+
+NSETS = 3
+
+
+@dataclass(frozen=True)
+class QEltwisePlan:
+    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` space."""
+
+    rows: int
+    cols: int
+    tile_rows: int
+    tile_cols: int
+
+
+def _r(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _canonical(k: Kernel, operands: int) -> tuple[list[DramTensor], DramTensor]:
+    """The first ``operands`` inputs and the output in canonical form."""
+    c = canonical([*k.inputs[:operands], k.output], k.output)
+    return c[:-1], c[-1]
+
+
+def _shape_problem(k: Kernel, operands: int) -> str | None:
+    if k.dtype is not DType.int8:
+        return f"{k.kind} is an int8 kernel, not {k.dtype.name}"
+    for t in (*k.inputs[:operands], k.output):
+        if t.shape != k.output.shape or t.dtype is not DType.int8:
+            return f"tensor {t} must be int8 with the output's shape {list(k.output.shape)}"
+    if k.epilogue:
+        return f"{k.kind} takes no epilogue"
+    return None
+
+
+def _tiling(k: Kernel, target, operands: int, set_bytes) -> QEltwisePlan:
+    _, out = _canonical(k, operands)
+    cols = out.shape[-1]
+    rows = out.numel // cols
+    budget = target.scratchpad.size_bytes // NSETS - ALIGN * 8
+    tc = largest_fitting(lambda c: set_bytes(1, c), budget, min(cols, MAX_COUNT))
+    if tc == 0:
+        raise CompileError(f"kernel '{k.name}': no {k.kind} tile fits {budget} bytes of scratchpad")
+    tr = 1 if tc < cols else largest_fitting(lambda r: set_bytes(r, cols), budget, min(rows, MAX_COUNT))
+    if tc == cols:
+        tr = overlap_cap(rows, tr, max(1, 4096 // cols))
+    elif rows == 1:
+        tc = overlap_cap(cols, tc, 2048)
+    return QEltwisePlan(rows, cols, tr, tc)
+
+
+def _block(t: DramTensor, p: QEltwisePlan, grid, i: int):
+    r0, nr, c0, nc = grid[i]
+    return rows_block(t, tuple(range(t.rank - 1)), t.rank - 1, r0, nr, c0, nc)
+
+
+# ============================================================================ qbinary
+
+
+class QBinaryKernel:
+    """The ``qbinary`` kind: qadd and qmul (see the module docstring)."""
+
+    kind = "qbinary"
+
+    def supports(self, k: Kernel, target) -> str | None:
+        if not isinstance(k.attrs, QBinaryAttrs) or k.attrs.op not in ("add", "mul"):
+            return "qbinary needs QBinaryAttrs with op 'add' or 'mul'"
+        if len(k.inputs) != 3 or k.quant is None:
+            return "qbinary takes a, b and the int32 REQUANT record [1, 2], and QuantAttrs"
+        problem = _shape_problem(k, 2)
+        if problem:
+            return problem
+        rec = k.inputs[2]
+        if rec.dtype is not DType.int32 or rec.shape != (1, 2):
+            return f"the qbinary record must be int32 [1, 2], got {rec}"
+        q = k.quant
+        if len(q.in_zero_points) != 2 or len(q.factors) != (2 if k.attrs.op == "add" else 0):
+            return f"qbinary {k.attrs.op} needs two input zero points and {'two factors' if k.attrs.op == 'add' else 'no factor'}"
+        if any(not 0 < f < (1 << 24) for f in q.factors):
+            return f"qadd factors must be positive and below 2^24 (exact fp32 immediates), got {list(q.factors)}"
+        return zero_point_problem(k)
+
+    def _set_bytes(self, rows: int, cols: int) -> int:
+        n = rows * cols
+        return 3 * _r(n) + 2 * _r(4 * n)  # a, b, out (int8); a and b widened (int32)
+
+    def plan(self, k: Kernel, target) -> Plan:
+        p = _tiling(k, target, 2, self._set_bytes)
+        ops, out = _canonical(k, 2)
+        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in (*ops, out))
+        steps = 6 if k.attrs.op == "add" else 4
+        lane = out.numel * (steps + 2)
+        tiles = -(-p.rows // p.tile_rows) * -(-p.cols // p.tile_cols)
+        est = estimate_cycles(target, dram, lane, tiles * (steps + 1))
+        summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, int32 steps then REQUANT"
+        return Plan(summary, NSETS * self._set_bytes(p.tile_rows, p.tile_cols) + ALIGN, 0, est, p)
+
+    def emit(self, k: Kernel, plan: Plan, em) -> None:
+        p: QEltwisePlan = plan.details
+        (a, b), out = _canonical(k, 2)
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+        record = arena.alloc(8, "requant record")
+        rec = k.inputs[2]
+        em.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=record, n0=2)
+        n = p.tile_rows * p.tile_cols
+        sets = [tuple(arena.alloc(sz, f"{what} {i}") for what, sz in
+                      (("a", n), ("b", n), ("out", n), ("a32", 4 * n), ("b32", 4 * n))) for i in range(NSETS)]
+        grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
+        q = k.quant
+        pending: dict[int, tuple[Tile, Tile]] = {}
+
+        def fetch(i: int) -> None:
+            _, nr, _, nc = grid[i]
+            abuf, bbuf = sets[i % NSETS][:2]
+            pending[i] = (_load(em, _block(a, p, grid, i), nr, nc, abuf, n),
+                          _load(em, _block(b, p, grid, i), nr, nc, bbuf, n))
+
+        def compute(i: int) -> None:
+            _, nr, _, nc = grid[i]
+            _, _, obuf, a32, b32 = sets[i % NSETS]
+            ta, tb = pending.pop(i)
+            wide = []
+            for t, buf, z, j in ((ta, a32, q.in_zero_points[0], 0), (tb, b32, q.in_zero_points[1], 1)):
+                w = Tile(buf, nr, nc, DType.int32)
+                _widen(em, t, w)
+                if z:
+                    emit_vun(em, w, "adds", float(-z))
+                if q.factors:
+                    emit_vun(em, w, "muls", float(q.factors[j]))
+                wide.append(w)
+            emit_vbin(em, wide[0], k.attrs.op, wide[0], wide[1])
+            o = Tile(obuf, nr, nc, DType.int8)
+            emit_bias_requant(em, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
+            store_pieces(em, o, _block(out, p, grid, i))
+
+        pipeline(len(grid), fetch, compute, NSETS)
+
+
+def _load(em, pieces, nr: int, nc: int, addr: int, capacity: int) -> Tile:
+    """An operand block with the fewest bytes (zero strides where it broadcasts)."""
+    if broadcast_kind(pieces) == "full":
+        t = Tile(addr, nr, nc, DType.int8)
+        load_pieces(em, pieces, t)
+        return t
+    return load_operand(em, pieces, nr, nc, DType.int8, addr, capacity)
+
+
+def _widen(em, src: Tile, dst: Tile) -> None:
+    """VCVT int8 -> int32 of ``src`` (zero strides broadcast) into the dense ``dst``."""
+    for r0 in range(0, dst.rows, MAX_COUNT):
+        n1 = min(MAX_COUNT, dst.rows - r0)
+        em.emit("VCVT", src_dtype="int8", dst_dtype="int32", n0=dst.cols, n1=n1,
+                src=src.addr + r0 * src.s1, src_s0=src.s0 if dst.cols > 1 else 0, src_s1=src.s1 if n1 > 1 else 0,
+                dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)
+
+
+# ============================================================================ lut
+
+
+class LutKernel:
+    """The ``lut`` kind: y = table[x + 128] (qlut), one LUT per tile, in place."""
+
+    kind = "lut"
+
+    def supports(self, k: Kernel, target) -> str | None:
+        if len(k.inputs) != 2:
+            return "lut takes x and the 256-entry int8 table"
+        problem = _shape_problem(k, 1)
+        if problem:
+            return problem
+        table = k.inputs[1]
+        if table.dtype is not DType.int8 or table.shape != (256,) or not table.is_dense():
+            return f"the lut table must be a dense int8 [256] constant, got {table}"
+        return None
+
+    def plan(self, k: Kernel, target) -> Plan:
+        p = _tiling(k, target, 1, lambda r, c: _r(r * c))
+        (x,), out = _canonical(k, 1)
+        dram = burst_bytes(x, target.dma.burst_bytes) + burst_bytes(out, target.dma.burst_bytes)
+        tiles = -(-p.rows // p.tile_rows) * -(-p.cols // p.tile_cols)
+        est = estimate_cycles(target, dram, out.numel, tiles)
+        summary = f"lut {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, in place"
+        return Plan(summary, NSETS * _r(p.tile_rows * p.tile_cols) + 256, 0, est, p)
+
+    def emit(self, k: Kernel, plan: Plan, em) -> None:
+        p: QEltwisePlan = plan.details
+        (x,), out = _canonical(k, 1)
+        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+        table = arena.alloc(256, "table")
+        tt = k.inputs[1]
+        em.emit("DMA_LOAD", esize=1, dram_addr=tt.addr, local_addr=table, n0=256)
+        bufs = [arena.alloc(p.tile_rows * p.tile_cols, f"tile {i}") for i in range(NSETS)]
+        grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
+
+        def fetch(i: int) -> None:
+            _, nr, _, nc = grid[i]
+            load_pieces(em, _block(x, p, grid, i), Tile(bufs[i % NSETS], nr, nc, DType.int8))
+
+        def compute(i: int) -> None:
+            _, nr, _, nc = grid[i]
+            t = Tile(bufs[i % NSETS], nr, nc, DType.int8)
+            for r0 in range(0, nr, MAX_COUNT):
+                n1 = min(MAX_COUNT, nr - r0)
+                em.emit("LUT", n0=nc, n1=n1, dst=t.addr + r0 * t.s1, dst_s1=t.s1 if n1 > 1 else 0,
+                        src=t.addr + r0 * t.s1, src_s1=t.s1 if n1 > 1 else 0, table=table)
+            store_pieces(em, t, _block(out, p, grid, i))
+
+        pipeline(len(grid), fetch, compute, NSETS)
+
+
+register_kernel(QBinaryKernel())
+register_kernel(LutKernel())
