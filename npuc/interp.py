@@ -71,7 +71,7 @@ def _eval_node(g: Graph, node: Node, env: dict[int, torch.Tensor]) -> tuple[torc
             raise VerifyError(f"value %{v.name} is used by '{node.op}' before it is defined")
         args.append(env[id(v)])
     try:
-        outs = tuple(get_op(node.op).reference(args, node.attrs))
+        outs = tuple(get_op(node.op).evaluate(args, [v.type for v in node.inputs], node.attrs))
     except (RuntimeError, IndexError, ValueError) as e:
         # Data-dependent failures, such as an embedding index outside the table.
         where = f" (from {node.loc})" if node.loc else ""

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from npuc.ir.types import TensorType
+from npuc.ir.types import QuantParams, TensorType
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,8 +128,11 @@ class GraphBuilder:
         self._inputs.append(v)
         return v
 
-    def constant(self, name: str, tensor: torch.Tensor, loc: str | None = None) -> Value:
-        """Add ``tensor`` as constant ``name`` (made unique if taken) and return its value."""
+    def constant(
+        self, name: str, tensor: torch.Tensor, loc: str | None = None, quant: QuantParams | None = None
+    ) -> Value:
+        """Add ``tensor`` as constant ``name`` (made unique if taken) and return its value;
+        ``quant`` gives the value's type quantization parameters (an i8 weight, an i32 bias)."""
         from npuc.ir.opdef import ConstAttrs
 
         key = name
@@ -139,7 +142,10 @@ class GraphBuilder:
             i += 1
         tensor = tensor.detach().contiguous()
         self._constants[key] = tensor
-        return self.add("const", (), ConstAttrs(name=key, type=TensorType.of(tensor)), loc=loc)[0]
+        ty = TensorType.of(tensor)
+        if quant is not None:
+            ty = TensorType(ty.shape, ty.dtype, quant)
+        return self.add("const", (), ConstAttrs(name=key, type=ty), loc=loc)[0]
 
     def add(
         self,

@@ -40,6 +40,7 @@ class ConstAttrs:
 InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
 VerifyFn = Callable[[Sequence[TensorType], Any], None]
 ReferenceFn = Callable[[Sequence[torch.Tensor], Any], Sequence[torch.Tensor]]
+TypedReferenceFn = Callable[[Sequence[torch.Tensor], Sequence[TensorType], Any], Sequence[torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class OpDef:
     the operand count (``max_inputs=None`` for variadic ops such as ``concat``).  ``operands``
     names the operands for documentation: ``("x", "w", "[b]")``, optional ones in brackets,
     a variadic tail ending in ``...``.
+
+    ``typed_reference`` (optional) replaces ``reference`` for ops whose meaning depends on their
+    operand types beyond the tensors' data (the quantized ops read scales and zero points from
+    them): ``typed_reference(tensors, operand_types, attrs)``.  Callers run an op through
+    :meth:`evaluate`, which picks the right one.
     """
 
     name: str
@@ -65,6 +71,15 @@ class OpDef:
     max_inputs: int | None = 1
     category: str = "misc"
     operands: tuple[str, ...] = ()
+    typed_reference: TypedReferenceFn | None = None
+
+    def evaluate(
+        self, ins: Sequence[torch.Tensor], in_types: Sequence[TensorType], attrs: Any
+    ) -> Sequence[torch.Tensor]:
+        """The op's reference semantics on ``ins`` (of types ``in_types``)."""
+        if self.typed_reference is not None:
+            return self.typed_reference(ins, in_types, attrs)
+        return self.reference(ins, attrs)
 
     def check(self, in_types: Sequence[TensorType], attrs: Any) -> tuple[TensorType, ...]:
         """Verify operands and attributes, and return the output types."""

@@ -22,6 +22,7 @@ import torch
 
 from npuc.ir.graph import Graph, GraphBuilder, Node, Value
 from npuc.ir.opdef import ConstAttrs, get_op
+from npuc.ir.types import QuantParams
 
 RewriteFn = Callable[[Node, "Rewriter"], "Value | Sequence[Value] | None"]
 
@@ -79,14 +80,17 @@ class Rewriter:
         self._record(Node(op, inputs, outs, attrs, where))
         return outs
 
-    def constant(self, name: str, tensor: torch.Tensor, *, loc: str | None = None) -> Value:
-        """A new constant (renamed ``name_1``, ... if the name is taken)."""
+    def constant(
+        self, name: str, tensor: torch.Tensor, *, loc: str | None = None, quant: QuantParams | None = None
+    ) -> Value:
+        """A new constant (renamed ``name_1``, ... if the name is taken), with the quantization
+        parameters ``quant`` in its type when given."""
         key, i = name, 1
         while key in self._constants:
             key, i = f"{name}_{i}", i + 1
         tensor = tensor.detach().contiguous()
         self._constants[key] = tensor
-        v = self.builder.constant(key, tensor, loc=loc)
+        v = self.builder.constant(key, tensor, loc=loc, quant=quant)
         self._record(Node("const", (), (v,), ConstAttrs(name=key, type=v.type), loc))
         return v
 

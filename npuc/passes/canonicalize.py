@@ -41,9 +41,9 @@ def _visit(node: Node, rw: Rewriter) -> Value | None:
 
 
 def _same_type(node: Node, v: Value) -> Value | None:
-    """``v`` if it can stand for the node's result (same shape and dtype), else None."""
+    """``v`` if it can stand for the node's result (same shape, dtype and quantization), else None."""
     out = node.outputs[0].type
-    return v if (v.type.shape, v.type.dtype) == (out.shape, out.dtype) else None
+    return v if (v.type.shape, v.type.dtype, v.type.quant) == (out.shape, out.dtype, out.quant) else None
 
 
 # ------------------------------------------------------------------------------ data movement

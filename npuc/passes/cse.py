@@ -42,7 +42,7 @@ def _same_constant(node: Node, rw: Rewriter, consts: dict) -> tuple[Value, ...] 
     t = rw.source.constants[node.attrs.name]
     flat = t.reshape(-1)
     head = bytes(flat[:16].view(torch.uint8).tolist()) if flat.numel() else b""
-    key = (t.dtype, tuple(t.shape), head)
+    key = (t.dtype, tuple(t.shape), head, node.attrs.type.quant)  # equal data, other scales: not the same
     bucket = consts.setdefault(key, [])
     for other, outs in bucket:
         if _bit_equal(t, other):

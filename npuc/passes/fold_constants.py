@@ -39,9 +39,12 @@ def _fold(node: Node, rw: Rewriter) -> tuple[Value, ...] | None:
                  node.op, node.loc or "the graph", out_bytes, SIZE_CAP_BYTES)
         return None
     with torch.no_grad():
-        results = get_op(node.op).reference(operands, node.attrs)
+        results = get_op(node.op).evaluate(operands, [v.type for v in node.inputs], node.attrs)
     base = _folded_name(node, rw)
-    return tuple(rw.constant(base if len(results) == 1 else f"{base}.{i}", t) for i, t in enumerate(results))
+    return tuple(
+        rw.constant(base if len(results) == 1 else f"{base}.{i}", t, quant=v.type.quant)
+        for i, (v, t) in enumerate(zip(node.outputs, results))
+    )
 
 
 def _folded_name(node: Node, rw: Rewriter) -> str:

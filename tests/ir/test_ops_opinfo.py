@@ -552,6 +552,11 @@ ENTRIES: dict[tuple[str, str], Entry] = {
 # Graph ops no OpInfo checks; each is covered by hand-written cases in ircases.py instead.
 NO_OPINFO: dict[str, str] = {
     "const": "not a computation; exercised by every graph with a constant operand",
+    **{
+        name: "quantized op: checked against PyTorch's quantized reference and exact arithmetic in tests/quant/"
+        for name in ("quantize", "dequantize", "qconv2d", "qlinear", "qmatmul", "qadd", "qmul", "qlut",
+                     "qavg_pool2d", "qmean", "qclamp")
+    },
 }
 
 OPINFOS = {(o.name, o.variant_test_name): o for o in op_db}

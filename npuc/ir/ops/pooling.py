@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from npuc.ir.opdef import OpDef, fail, register
 from npuc.ir.ops.common import require_float, require_ints_at_least, require_rank
-from npuc.ir.types import TensorType
+from npuc.ir.types import DType, TensorType
 
 
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -34,9 +34,10 @@ def _check_window(op: str, kernel, stride, padding, dilation) -> None:
             raise fail(op, f"padding {list(padding)} must be at most half of the kernel {list(kernel)}")
 
 
-def _pool_infer(op: str, x: TensorType, kernel, stride, padding, dilation, ceil_mode: bool):
+def _pool_infer(op: str, x: TensorType, kernel, stride, padding, dilation, ceil_mode: bool, int8: bool = False):
     require_rank(op, x, 4, "input (NCHW)")
-    require_float(op, x)
+    if not (int8 and x.dtype == DType.i8 and x.quant is not None):
+        require_float(op, x, "input (floating point, or quantized i8 for max_pool2d)" if int8 else "input")
     n, c, h, w = x.shape
     oh = pool_output_size(h, kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
     ow = pool_output_size(w, kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
@@ -66,9 +67,10 @@ def _max_pool_ref(ins, a: MaxPool2dAttrs):
 register(
     OpDef(
         name="max_pool2d",
-        summary="max over each (dilated) window; padding never wins",
+        summary="max over each (dilated) window; padding never wins (float, or quantized i8 kept as is)",
         attrs=MaxPool2dAttrs,
-        infer=lambda ins, a: _pool_infer("max_pool2d", ins[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode),
+        infer=lambda ins, a: _pool_infer("max_pool2d", ins[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode,
+                                         int8=True),
         verify=lambda ins, a: _check_window("max_pool2d", a.kernel, a.stride, a.padding, a.dilation),
         reference=_max_pool_ref,
         category="pooling",

@@ -24,7 +24,7 @@ from npuc.ir.ops.common import (
     require_rank,
     require_same_dtype,
 )
-from npuc.ir.types import TensorType
+from npuc.ir.types import DType, TensorType
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -298,8 +298,16 @@ class UpsampleNearest2dAttrs:
 def _upsample_infer(ins, a: UpsampleNearest2dAttrs):
     x = ins[0]
     require_rank("upsample_nearest2d", x, 4, "input (NCHW)")
-    require_float("upsample_nearest2d", x)
+    if not (x.dtype == DType.i8 and x.quant is not None):
+        require_float("upsample_nearest2d", x, "input (floating point, or quantized i8)")
     return (x.with_shape(x.shape[:2] + tuple(a.output_size)),)
+
+
+def _upsample_ref(ins, a: UpsampleNearest2dAttrs):
+    x = ins[0]
+    # PyTorch has no integer kernel; int8 codes pass through fp32 exactly.
+    y = F.interpolate(x if x.dtype.is_floating_point else x.to(torch.float32), size=a.output_size, mode="nearest")
+    return (y.to(x.dtype),)
 
 
 register(
@@ -309,7 +317,7 @@ register(
         attrs=UpsampleNearest2dAttrs,
         infer=_upsample_infer,
         verify=lambda ins, a: require_ints_at_least("upsample_nearest2d", "output_size", a.output_size, 1, count=2),
-        reference=lambda ins, a: (F.interpolate(ins[0], size=a.output_size, mode="nearest"),),
+        reference=_upsample_ref,
         category="shape",
         operands=("x",),
     )
