@@ -100,7 +100,10 @@ latency overlaps); the compute queue starts an instruction when all earlier comp
 have completed, except right after an instruction it *may follow* (listed below), which it may
 start beside: `LOAD_WEIGHTS` as soon as the `MATMUL` before it starts (the array has two weight
 buffers), `MATMUL_OS` as soon as the array is free after the `MATMUL_OS` before it (outputs drain
-meanwhile). Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
+meanwhile), unless the two touch the same bytes with one writing: the hardware interlocks and the
+second waits for the first to complete. Compute instructions complete in order (one started
+beside a longer one retires after it), so a token from a compute instruction vouches for every
+earlier compute instruction. Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
 vector unit. An instruction occupies its unit for *busy* cycles and completes *latency* cycles
 later (DMAs: the DRAM latency; MATMUL_OS: the output drain; vector ops: the pipeline depth).
 The total is the latest completion.

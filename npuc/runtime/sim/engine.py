@@ -8,9 +8,14 @@ can start once
   DRAM port (transfers are pipelined); on the compute queue when every earlier compute
   instruction has completed, except right after an instruction its definition ``may_follow``
   (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
-  ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside;
+  ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
+  two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
+  ``MATMUL_OS`` into the tile still draining waits for the drain);
 * its unit is free (the DRAM port is shared by loads and stores);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
+
+Compute instructions complete in order (an instruction started beside a longer one retires
+after it), so a token from a compute instruction also vouches for every earlier one.
 
 Start times never decrease from one step to the next, so functional effects applied at start
 see every write their tokens order before them.  When no head can start and some queue is not
@@ -58,7 +63,7 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         queues[s.queue].append(i)
     head = [0, 0, 0]
     qfree = [0, 0, 0]  # earliest start allowed by the queue's order
-    last_op, last_start = "", 0  # the compute queue's last instruction and its start
+    last_step, last_start = None, 0  # the compute queue's last instruction and its start
     ufree = [0] * len(Unit)
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
@@ -70,7 +75,8 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
             if head[q] == len(queues[q]):
                 continue
             s = steps[queues[q][head[q]]]
-            t = last_start if (q == _COMPUTE and last_op in s.may_follow) else qfree[q]
+            beside = q == _COMPUTE and last_step is not None and last_step.instr.op in s.may_follow
+            t = last_start if beside and not _conflict(last_step, s) else qfree[q]
             ready = True
             for c in s.waits:
                 if not chans[c]:
@@ -99,8 +105,9 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         end = issue_end + s.latency
         ufree[s.unit] = issue_end
         if best_q == _COMPUTE:
-            qfree[best_q] = max(qfree[best_q], end)
-            last_op, last_start = s.instr.op, start
+            end = max(end, qfree[best_q])  # in-order completion
+            qfree[best_q] = end
+            last_step, last_start = s, start
         else:
             qfree[best_q] = issue_end
         for c in s.signals:
@@ -108,6 +115,15 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         starts[index] = start
         ends[index] = end
     return Schedule(starts, ends, tuple(len(c) for c in chans))
+
+
+def _conflict(a: Step, b: Step) -> bool:
+    """True when ``a`` and ``b`` touch a common byte and one of them writes it."""
+    for ra in a.regions:
+        for rb in b.regions:
+            if ra.mem == rb.mem and (ra.writes or rb.writes) and ra.addr < rb.end and rb.addr < ra.end:
+                return True
+    return False
 
 
 def _execute(index: int, s: Step, state: MachineState) -> None:
