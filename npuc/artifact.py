@@ -188,9 +188,13 @@ def compile(  # noqa: A001 (the API's name)
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
 
-    ``quantize="int8"`` is not available yet.  ``runner_opts`` are the pipeline runner's:
-    ``verify_each``, ``print_after`` (graph-pass or backend stage names), ``print_after_all``,
-    ``dump_dir``, ``out``.
+    ``quantize="int8"`` quantizes the model for the target first (docs/quantization.md): the
+    NpuQuantizer's ranges come from running ``calibration``, a list of samples (each a tuple of
+    input tensors like ``example_inputs``; None: the example inputs alone), and the int8 graph
+    runs on the NPU bit for bit as npuc's integer reference interpreter computes it; ``art.run``
+    still takes and returns float tensors (quantized and dequantized at the edges).
+    ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after`` (graph-pass or
+    backend stage names), ``print_after_all``, ``dump_dir``, ``out``.
     """
     from npuc.frontend import import_graph
     from npuc.lower.precision import choose_precision
@@ -208,14 +212,37 @@ def compile(  # noqa: A001 (the API's name)
     if unknown:
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
     if on_stage is not None:
-        on_stage("import")
-    g = import_graph(model, tuple(example_inputs), name=name)
+        on_stage("import" if quantize is None else "quantize")
+    if quantize is None:
+        g = import_graph(model, tuple(example_inputs), name=name)
+    else:
+        g = quantized_graph(model, tuple(example_inputs), tgt, calibration, name)
     if on_stage is not None:
         on_stage("graph passes")
     g = run_graph_passes(g, print_after=graph_names, records=records, **runner_opts)
-    packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
-                           records=records, on_stage=on_stage, **runner_opts)
+    packaged = run_backend(io_edges(g, precision), tgt, precision, model_name=name or g.name,
+                           print_after=backend_names, records=records, on_stage=on_stage, **runner_opts)
     return _artifact(packaged, tgt, records)
+
+
+def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None):
+    """The int8 graph of ``model``: quantized for ``target`` with the calibration samples (None:
+    the example inputs alone) and imported (npuc.quant.import_quantized)."""
+    try:
+        from npuc.quant import import_quantized
+    except ImportError:
+        raise NpucError("this npuc cannot import quantized models yet (npuc.quant.import_quantized is missing)") from None
+    samples = [example_inputs] if calibration is None else calibration
+    return import_quantized(model, example_inputs, samples, target=target, name=name)
+
+
+def io_edges(g, precision):
+    """An int8 graph with the quantize of its inputs and the dequantize of its outputs left to
+    the runtime (npuc.lower.io_quant); a float graph unchanged."""
+    from npuc.isa.enums import DType
+    from npuc.lower.io_quant import absorb_io_quantization
+
+    return absorb_io_quantization(g) if precision.dtype is DType.int8 else g
 
 
 def _artifact(packaged, tgt, records) -> Artifact:
@@ -224,13 +251,15 @@ def _artifact(packaged, tgt, records) -> Artifact:
 
 
 def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:
-    """Compile an already imported (and optimized) graph."""
+    """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
+    quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision
     from npuc.pipeline import run_backend
 
     tgt = resolve_target(target)
     records: list = []
-    packaged = run_backend(g, tgt, choose_precision(tgt, quantize), records=records, **runner_opts)
+    precision = choose_precision(tgt, quantize)
+    packaged = run_backend(io_edges(g, precision), tgt, precision, records=records, **runner_opts)
     return _artifact(packaged, tgt, records)
 
 

@@ -77,13 +77,17 @@ class LowerContext:
 
     # ------------------------------------------------------------------ buffers
 
-    def const_tensor(self, const: str, data: torch.Tensor, tag: str = "") -> DramTensor:
-        """A constant as a kernel sees it (``data``, e.g. a transposed weight), row-major."""
+    def const_tensor(self, const: str, data: torch.Tensor, tag: str = "", dtype=None) -> DramTensor:
+        """A constant as a kernel sees it (``data``, e.g. a transposed weight), row-major, in the
+        NPU's dtype or in ``dtype`` (an ISA DType: int32 biases and REQUANT records of int8)."""
+        from npuc.lower.precision import IR_OF_ISA
+
+        dt = self.dtype if dtype is None else dtype
         name = f"@{const}{tag}"
         if name not in self.buffers:
-            nbytes = max(data.numel(), 1) * self.dtype.size
-            self.buffers[name] = Buffer(name, nbytes, CONSTANT, ConstData(const, data, self.ir_dtype, None))
-        return DramTensor.dense(name, tuple(data.shape), self.dtype)
+            nbytes = max(data.numel(), 1) * dt.size
+            self.buffers[name] = Buffer(name, nbytes, CONSTANT, ConstData(const, data, IR_OF_ISA[dt], None))
+        return DramTensor.dense(name, tuple(data.shape), dt)
 
     def relayout_constant(self, t: DramTensor, order: tuple[int, ...]) -> DramTensor:
         """The constant behind ``t`` stored with its dims in ``order`` (a kernel asked for it)."""

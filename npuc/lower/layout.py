@@ -1,6 +1,6 @@
 """Layout: how each value is stored in DRAM, and the view helpers lowering uses.
 
-Rule: a 4-D float value that is an image (produced by a convolution, a pooling or an upsampling,
+Rule: a 4-D float (or int8) value that is an image (produced by a convolution, a pooling or an upsampling,
 a graph input read by one, or an elementwise/pad/concat result of an image) is stored
 channels-last (NHWC: the channel stride is the element size), which is what the array and
 pooling kernels read without a transpose.  Every other value is row-major in its logical order.
@@ -16,15 +16,23 @@ from __future__ import annotations
 from npuc.codegen.tensor import NHWC, DramTensor, row_major_strides
 from npuc.errors import CompileError, NpucError
 from npuc.ir.graph import Graph, Value
+from npuc.ir.types import DType as IRType
 
-IMAGE_CONSUMERS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d"})
+IMAGE_CONSUMERS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d",
+                             "qconv2d", "qavg_pool2d"})
 IMAGE_PRODUCERS = IMAGE_CONSUMERS | {"batch_norm"}
 # Ops whose 4-D result is an image when one of their 4-D inputs is.
 IMAGE_PRESERVING = frozenset({
     "relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "gelu", "clamp", "exp", "neg", "abs",
     "sqrt", "rsqrt", "reciprocal", "pow", "cast", "add", "sub", "mul", "div", "maximum", "minimum",
     "pad", "concat", "log", "erf", "sin", "cos", "where",
+    "qadd", "qmul", "qlut", "qclamp", "quantize", "dequantize",
 })
+
+
+def _storable(v: Value) -> bool:
+    """A 4-D float or int8 value (int8: a quantized activation) may be stored as an image."""
+    return v.type.rank == 4 and (v.type.dtype.is_float or v.type.dtype == IRType.i8)
 
 
 def image_values(g: Graph) -> set[Value]:
@@ -32,11 +40,11 @@ def image_values(g: Graph) -> set[Value]:
     users = g.users()
     images: set[Value] = set()
     for v in g.inputs:
-        if v.type.rank == 4 and v.type.dtype.is_float and any(u.op in IMAGE_CONSUMERS for u in users.get(v, [])):
+        if _storable(v) and any(u.op in IMAGE_CONSUMERS for u in users.get(v, [])):
             images.add(v)
     for n in g.nodes:
         for v in n.outputs:
-            if v.type.rank != 4 or not v.type.dtype.is_float:
+            if not _storable(v):
                 continue
             if n.op in IMAGE_PRODUCERS or (n.op in IMAGE_PRESERVING and any(i in images for i in n.inputs)):
                 images.add(v)

@@ -26,7 +26,9 @@ from npuc.ir.graph import Graph, Node, Value
 from npuc.lower.context import LowerContext, Lowered
 from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
 from npuc.lower.layout import dense_order, image_values, layout_name, order_of
-from npuc.lower.precision import Precision, storage_dtype
+from npuc.ir.types import DType as IRType
+from npuc.isa.enums import DType
+from npuc.lower.precision import Precision, int8_value_reason, storage_dtype
 from npuc.lower.program import (
     ACTIVATION,
     CONSTANT,
@@ -42,6 +44,7 @@ from npuc.lower.program import (
     NpuSegment,
 )
 from npuc.lower.rules import CPU_REASONS, RULES, VIEW_OPS
+from npuc.lower.rules_int8 import quant_macs
 from npuc.frontend.summary import node_macs
 
 NPU, CPU = "npu", "cpu"
@@ -72,8 +75,14 @@ def static_reason(node: Node, precision: Precision, const_values: set[Value]) ->
         return precision.reason
     if node.op in CPU_REASONS:
         return CPU_REASONS[node.op]
+    if precision.dtype is DType.int8:
+        reason = int8_value_reason(node, const_values)
+        if reason is not None:
+            return reason
     if node.op not in RULES:
         return f"{node.op}: no NPU lowering exists for this op"
+    if precision.dtype is DType.int8:
+        return None
     for v in list(node.inputs) + list(node.outputs):
         if v not in const_values and not v.type.dtype.is_float:
             return f"{node.op} on {v.type.dtype.value} values: the NPU computes a float model in fp16 only"
@@ -254,7 +263,7 @@ class _Pass:
         )
 
     def _lkernel(self, node: Node, k: Kernel) -> LKernel:
-        macs = node_macs(node) if k.kind in ("conv2d", "gemm", "depthwise_conv2d") else 0
+        macs = (node_macs(node) or quant_macs(node)) if k.kind in ("conv2d", "gemm", "depthwise_conv2d") else 0
         return LKernel(k, (node.op,), node.loc, macs)
 
     def _home(self, v: Value, buffers: dict[str, Buffer]) -> Home:
@@ -264,12 +273,13 @@ class _Pass:
             if order is None:
                 raise CompileError(f"internal error: value %{v.name} crosses segments as a strided view")
             shape = tuple(t.shape[d] for d in order)
-            return Home(v.name, t.name, t.addr, shape, self.precision.ir_dtype, layout_name(order))
+            quant = v.type.quant if self.precision.dtype is DType.int8 else None
+            return Home(v.name, t.name, t.addr, shape, self.precision.ir_dtype, layout_name(order), quant)
         dtype = storage_dtype(v.type.dtype)
         name = v.name
         nbytes = max(v.type.numel, 1) * dtype.itemsize
         buffers[name] = Buffer(name, nbytes, ACTIVATION)
-        return Home(v.name, name, 0, v.type.shape, dtype, None)
+        return Home(v.name, name, 0, v.type.shape, dtype, None, v.type.quant if dtype == IRType.i8 else None)
 
     def _cpu_segment(self, name, nodes, ins, outs, homes, buffers) -> CpuSegment:
         const_nodes = []

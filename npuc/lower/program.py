@@ -18,7 +18,7 @@ import torch
 from npuc.codegen.kernel import Kernel
 from npuc.ir.graph import Graph
 from npuc.ir.types import DType as IRType
-from npuc.ir.types import TensorType
+from npuc.ir.types import QuantParams, TensorType
 
 CONSTANT, INPUT, OUTPUT, ACTIVATION = "constant", "input", "output", "activation"
 
@@ -58,10 +58,11 @@ class Home:
     shape: tuple[int, ...]
     dtype: IRType
     layout: str | None = None
+    quant: QuantParams | None = None  # an int8 value's scale and zero point (the runtime converts)
 
     @property
     def type(self) -> TensorType:
-        return TensorType(self.shape, self.dtype, None, self.layout)
+        return TensorType(self.shape, self.dtype, self.quant, self.layout)
 
     @property
     def nbytes(self) -> int:

@@ -386,3 +386,6 @@ def lower_upsample(ctx: LowerContext, node: Node):
 
 
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select", "cast"})
+
+# The quantized graph ops register their rules in their own module.
+import npuc.lower.rules_int8  # noqa: E402,F401

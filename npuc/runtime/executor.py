@@ -4,7 +4,9 @@ NPU segments run on the simulator (functionally for ``run``, timing only for ``p
 segments run on the reference interpreter, reading their inputs from DRAM and writing their
 outputs back.  The runtime converts at every edge between the host and DRAM: model inputs and CPU
 reads/writes are fp32 (or the model's integer type) on the host side and whatever the binding says
-in DRAM (fp16, NHWC ...), as the IO signature and the CPU bindings record.
+in DRAM (fp16, NHWC ...), as the IO signature and the CPU bindings record.  An int8 model's edges
+are int8 with a scale and zero point: the runtime quantizes the float inputs and dequantizes the
+outputs (``npuc.quant.arith``, the ``quantize``/``dequantize`` ops' semantics).
 """
 
 from __future__ import annotations
@@ -54,6 +56,31 @@ def write_tensor(dram: np.ndarray, offset: int, t: TensorType, values: np.ndarra
     arr = np.asarray(values).transpose(order) if t.rank else np.asarray(values)
     data = np.ascontiguousarray(arr).astype(dt, copy=False).tobytes()
     dram[offset: offset + len(data)] = np.frombuffer(data, np.uint8)
+
+
+def is_quantized(t: TensorType) -> bool:
+    """An int8 edge tensor with per-tensor parameters: the host side of it is float."""
+    q = t.quant
+    return t.dtype.value == "i8" and q is not None and q.axis is None and len(q.scale) == 1
+
+
+def host_to_stored(t: TensorType, x: torch.Tensor) -> torch.Tensor:
+    """A host input as stored: quantized to int8 (``quantize`` semantics) for a quantized edge."""
+    if is_quantized(t):
+        from npuc.quant.arith import quantize_tensor
+
+        return quantize_tensor(x.detach().cpu().float(), t.quant.scale[0], t.quant.zero_point[0])
+    return x
+
+
+def stored_to_host(t: TensorType, x: torch.Tensor) -> torch.Tensor:
+    """A stored output as the host sees it: dequantized (``dequantize`` semantics) for a
+    quantized edge, fp32 for a float one."""
+    if is_quantized(t):
+        from npuc.quant.arith import dequantize_tensor
+
+        return dequantize_tensor(x, t.quant.scale[0], t.quant.zero_point[0])
+    return x.float() if x.dtype.is_floating_point else x
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -109,10 +136,9 @@ class Executor:
             want = logical_shape(io.type)
             if tuple(x.shape) != want:
                 raise NpucError(f"input '{io.name}' must have shape {list(want)}, got {list(x.shape)}")
-            if io.type.dtype.is_float != x.dtype.is_floating_point or (
-                not io.type.dtype.is_float and x.dtype != io.type.dtype.torch
-            ):
-                kind = "a floating-point tensor" if io.type.dtype.is_float else f"a {io.type.dtype.torch} tensor"
+            host_float = io.type.dtype.is_float or is_quantized(io.type)
+            if host_float != x.dtype.is_floating_point or (not host_float and x.dtype != io.type.dtype.torch):
+                kind = "a floating-point tensor" if host_float else f"a {io.type.dtype.torch} tensor"
                 raise NpucError(f"input '{io.name}' must be {kind}, got {x.dtype}")
 
     def new_dram(self) -> np.ndarray:
@@ -128,7 +154,7 @@ class Executor:
         self.check_inputs(inputs)
         dram = self.new_dram()
         for io, x in zip(self.npub.io_signature.inputs, inputs):
-            write_tensor(dram, io.dram_offset, io.type, to_numpy(x))
+            write_tensor(dram, io.dram_offset, io.type, to_numpy(host_to_stored(io.type, x)))
         runs = []
         for seg in self.npub.segments:
             if seg.kind == SegmentKind.NPU:
@@ -141,8 +167,7 @@ class Executor:
         outs = []
         for io in self.npub.io_signature.outputs:
             arr = read_tensor(dram, io.dram_offset, io.type)
-            t = torch.from_numpy(arr)
-            outs.append(t.float() if t.dtype.is_floating_point else t)
+            outs.append(stored_to_host(io.type, torch.from_numpy(arr)))
         return outs, runs
 
     def timing(self) -> list[SegmentRun]:
