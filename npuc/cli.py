@@ -247,7 +247,15 @@ def _stage_progress(status):
               help="A target preset name or a target .toml file (default: the default preset).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the .npub binary.")
-@click.option("--quantize", type=click.Choice(["int8"]), default=None, help="Quantize the model (not available yet).")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None,
+              help="Quantize the model to int8 for the target (PT2E, calibrated), bit-exact on the NPU.")
+@click.option("--calibration", "calibration", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --quantize: calibrate on N samples from the zoo model's input generator (seeds 1..N; "
+                   "default 8).")
+@click.option("--calibration-data", "calibration_data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="FILE.npz",
+              help="With --quantize: calibration samples from a .npz holding one array per model input "
+                   "(in order), each with a leading sample dimension.")
 @click.option("--print-after", "print_after", multiple=True, metavar="STAGE",
               help="Print the IR after this stage: a graph pass or partition, fuse, memory_plan, codegen, package.")
 @click.option("--print-after-all", is_flag=True, help="Print the IR after every stage.")
@@ -255,14 +263,16 @@ def _stage_progress(status):
               help="Write the IR of every stage to this folder.")
 @click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
 @user_errors
-def compile_cmd(model, target, output, quantize, print_after, print_after_all, dump_dir, explain):
+def compile_cmd(model, target, output, quantize, calibration, calibration_data, print_after, print_after_all,
+                dump_dir, explain):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
     from npuc.zoo import load_model
 
     module, inputs = load_model(model)
+    samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     with console.status(f"compiling {model}") as status:
-        art = npuc.compile(module, inputs, target=target, quantize=quantize, name=model,
+        art = npuc.compile(module, inputs, target=target, quantize=quantize, calibration=samples, name=model,
                            on_stage=_stage_progress(status), print_after=print_after,
                            print_after_all=print_after_all, dump_dir=dump_dir)
         art.save(output)
@@ -275,6 +285,48 @@ def compile_cmd(model, target, output, quantize, print_after, print_after_all, d
         console.print(f"{len(report.cpu_ops)} ops run on the CPU (--explain says which and why)")
     times = ", ".join(f"{n} {s:.2f}s" for n, s in report.stage_seconds)
     console.print(f"stage times: {times}", soft_wrap=True, markup=False)
+
+
+DEFAULT_CALIBRATION = 8
+
+
+def _calibration_samples(model: str, inputs, quantize, count, data_file):
+    """The calibration samples of an int8 compile: from a .npz, or ``count`` draws of the zoo
+    model's input generator (seeds 1..count); None without --quantize."""
+    if quantize is None:
+        if count is not None or data_file is not None:
+            raise click.UsageError("--calibration and --calibration-data need --quantize int8")
+        return None
+    if count is not None and data_file is not None:
+        raise click.UsageError("give either --calibration N or --calibration-data FILE, not both")
+    if data_file is not None:
+        return load_calibration_npz(data_file, len(inputs))
+    from npuc.zoo import ZOO
+
+    n = DEFAULT_CALIBRATION if count is None else count
+    if model not in ZOO:
+        raise click.UsageError(f"{model} is not a zoo model: give its calibration samples with --calibration-data FILE.npz")
+    return [ZOO[model].make_inputs(seed) for seed in range(1, n + 1)]
+
+
+def load_calibration_npz(path: Path, n_inputs: int) -> list[tuple]:
+    """Samples from a .npz holding one array per model input (in file order), each with a leading
+    sample dimension: sample k is (arr_0[k], arr_1[k], ...)."""
+    import numpy as np
+    import torch
+
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as e:
+        raise NpucError(f"cannot read calibration data '{path}': {e}") from None
+    arrays = [data[k] for k in data.files]
+    if len(arrays) != n_inputs:
+        raise NpucError(f"calibration data '{path}' holds {len(arrays)} arrays; the model takes {n_inputs} inputs")
+    counts = {a.shape[0] if a.ndim else 0 for a in arrays}
+    if len(counts) != 1 or 0 in counts:
+        raise NpucError(f"calibration arrays in '{path}' must share a leading sample dimension (got shapes "
+                        f"{[list(a.shape) for a in arrays]})")
+    return [tuple(torch.from_numpy(np.ascontiguousarray(a[k])) for a in arrays) for k in range(counts.pop())]
 
 
 # ------------------------------------------------------------------------------------ run
@@ -321,6 +373,9 @@ def run_cmd(binary, input_files, model, target):
     from npuc.report.accuracy import check_outputs
 
     module, _ = load_model(name)
+    if _precision(art) == "int8":
+        _print_int8_check(outs, module, inputs)
+        return
     ok = True
     for i, c in enumerate(check_outputs(outs, module, inputs)):
         top1 = "" if c.argmax_same is None else f", same top-1: {'yes' if c.argmax_same else 'NO'}"
@@ -331,6 +386,24 @@ def run_cmd(binary, input_files, model, target):
         ok = ok and c.ok
     if not ok:
         sys.exit(1)
+
+
+def _precision(art) -> str:
+    meta = dict(art.npub.metadata.extra) if art.npub.metadata else {}
+    return meta.get("precision", "")
+
+
+def _print_int8_check(outs, module, inputs) -> None:
+    """An int8 binary against the float model: the quantization error, shown, not judged (the
+    binary equals npuc's integer reference bit for bit; its distance to fp32 is the model's)."""
+    from npuc.report.accuracy import eager_outputs, rel_l2
+
+    for i, (o, r) in enumerate(zip(outs, eager_outputs(module, inputs))):
+        top1 = ""
+        if o.dim() == 2 and o.shape[0] == 1 and o.shape[1] > 1:
+            top1 = f", same top-1: {'yes' if int(o.argmax()) == int(r.argmax()) else 'no'}"
+        console.print(f"output {i} (int8) vs PyTorch eager fp32: relative L2 error {rel_l2(o, r):.2e}, "
+                      f"max abs error {float((o - r).abs().max()):.3g}{top1} (quantization error)")
 
 
 # ------------------------------------------------------------------------------------ profile
@@ -370,11 +443,11 @@ def _zero_inputs(art):
     """Inputs of the right shapes and types (timing does not depend on the values)."""
     import torch
 
-    from npuc.runtime.executor import logical_shape
+    from npuc.runtime.executor import is_quantized, logical_shape
 
     out = []
     for io in art.npub.io_signature.inputs:
-        dtype = torch.float32 if io.type.dtype.is_float else io.type.dtype.torch
+        dtype = torch.float32 if io.type.dtype.is_float or is_quantized(io.type) else io.type.dtype.torch
         out.append(torch.zeros(logical_shape(io.type), dtype=dtype))
     return tuple(out)
 
