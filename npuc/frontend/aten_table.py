@@ -32,6 +32,7 @@ class AtenRule:
 
     graph_ops: str
     convert: Converter
+    fold: bool = True  # False: never evaluated at import time, even with every operand known
 
 
 IDENTITY = "(identity)"
@@ -40,14 +41,17 @@ DROPPED = "(dropped)"
 ATEN_TABLE: dict[str, AtenRule] = {}
 
 
-def rule(graph_ops: str, *aten_names: str) -> Callable[[Converter], Converter]:
-    """Register ``fn`` as the converter of each ATen overload in ``aten_names``."""
+def rule(graph_ops: str, *aten_names: str, fold: bool = True) -> Callable[[Converter], Converter]:
+    """Register ``fn`` as the converter of each ATen overload in ``aten_names``.
+
+    ``fold=False`` keeps the op out of import-time folding (the quantize/dequantize ops, whose
+    constant int8 operands must reach the graph as they are)."""
 
     def deco(fn: Converter) -> Converter:
         for name in aten_names:
             if name in ATEN_TABLE:
                 raise RuntimeError(f"ATen op {name} has two rules")
-            ATEN_TABLE[name] = AtenRule(graph_ops, fn)
+            ATEN_TABLE[name] = AtenRule(graph_ops, fn, fold)
         return fn
 
     return deco
@@ -659,3 +663,7 @@ def _index(ctx: ConvertContext, a: dict) -> Value:
     picked = ctx.add("index_select", (x, flat), dim=dim)
     shape = (*x.type.shape[:dim], *index.type.shape, *x.type.shape[dim + 1:])
     return ctx.reshape(picked, shape)
+
+
+# The quantize/dequantize ops of quantized programs (npuc.frontend.quantized) register here too.
+import npuc.frontend.quantized  # noqa: E402,F401

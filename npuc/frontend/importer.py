@@ -215,7 +215,7 @@ class _Importer:
             if rule is None and aten not in SHAPE_ONLY_OPS:
                 self._problem(node, aten, "npuc has no graph op for it")
             return _Failed()
-        if _all_known(operands) and (rule is None or not any(o.state for o in operands)):
+        if _all_known(operands) and (rule is None or (rule.fold and not any(o.state for o in operands))):
             return self._fold(node, target)
         if rule is None and aten in SHAPE_ONLY_OPS:
             return self._fold(node, target, shape_only=True)

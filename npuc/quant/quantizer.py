@@ -1,0 +1,318 @@
+"""The PT2E quantizer of the NPU, and the quantize-a-model flow around it.
+
+:class:`NpuQuantizer` annotates an exported (pre-dispatch ATen) graph with what the NPU runs in
+int8 (docs/quantization.md): conv and linear with symmetric int8 weights (per output channel by
+default) and int32 bias of scale ``input scale x weight scale``; per-tensor int8 activations;
+add, mul, matmul; max/avg/adaptive-avg pooling and means; concat with one set of parameters for
+all its operands; relu/relu6/hardtanh/clamp fused into their producer (one output observer after
+the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup tables); and the
+data-movement ops between them, which share their input's parameters.  Graph ops named in
+``QuantOptions.float_ops`` are left unannotated, so they stay in float.
+
+:func:`quantize` runs torchao's flow: ``prepare_pt2e``, every calibration sample, ``convert_pt2e``
+and a re-export of the converted module for the frontend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e.observer import (
+    HistogramObserver,
+    MinMaxObserver,
+    PerChannelMinMaxObserver,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import (
+    DerivedQuantizationSpec,
+    QuantizationAnnotation,
+    QuantizationSpec,
+    QuantizationSpecBase,
+    Quantizer,
+    SharedQuantizationSpec,
+)
+
+from npuc.errors import NpucError
+from npuc.quant.calibrate import as_input_tuple, check_calibration, run_calibration
+
+aten = torch.ops.aten
+ANNOTATION_KEY = "quantization_annotation"
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    """How a model is quantized.
+
+    ``per_channel``: one weight scale per output channel (else one per tensor).
+    ``symmetric_activations``: activations with zero point 0 (else asymmetric, the default).
+    ``float_ops``: graph op names left in float (softmax and layer_norm have no int8 form).
+    ``observer``: ``"minmax"`` (ranges as seen) or ``"histogram"`` (ranges that minimize the
+    quantization error, slower to calibrate).
+    """
+
+    per_channel: bool = True
+    symmetric_activations: bool = False
+    float_ops: tuple[str, ...] = ("softmax", "layer_norm")
+    observer: str = "minmax"
+
+    def __post_init__(self) -> None:
+        if self.observer not in ("minmax", "histogram"):
+            raise NpucError(f"QuantOptions.observer must be 'minmax' or 'histogram', got {self.observer!r}")
+
+
+# ---------------------------------------------------------------------------- ATen op classes
+
+# Each annotated ATen op -> the npuc graph op it becomes (what QuantOptions.float_ops names).
+CONV_OPS = {aten.conv2d.default: "conv2d", aten.conv1d.default: "conv2d"}
+LINEAR_OPS = {aten.linear.default: "linear"}
+BINARY_OPS = {
+    aten.add.Tensor: "add", aten.add_.Tensor: "add", aten.mul.Tensor: "mul", aten.mul_.Tensor: "mul",
+    aten.matmul.default: "matmul", aten.bmm.default: "matmul", aten.mm.default: "matmul",
+}
+FUSABLE_ACTIVATIONS = {
+    aten.relu.default: "relu", aten.relu_.default: "relu", aten.hardtanh.default: "clamp",
+    aten.hardtanh_.default: "clamp", aten.clamp.default: "clamp", aten.clamp_.default: "clamp",
+    aten.relu6.default: "clamp", aten.relu6_.default: "clamp",
+}
+LUT_OPS = {
+    aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid", aten.tanh.default: "tanh",
+    aten.tanh_.default: "tanh", aten.hardswish.default: "hardswish", aten.hardswish_.default: "hardswish",
+    aten.hardsigmoid.default: "hardsigmoid", aten.hardsigmoid_.default: "hardsigmoid",
+    aten.silu.default: "silu", aten.silu_.default: "silu", aten.gelu.default: "gelu",
+}
+AVERAGE_OPS = {
+    aten.avg_pool2d.default: "avg_pool2d", aten.adaptive_avg_pool2d.default: "adaptive_avg_pool2d",
+    aten.mean.dim: "reduce_mean",
+}
+# Ops that only move or select data: their output shares their input's parameters.
+SHARING_OPS = {
+    aten.max_pool2d.default: "max_pool2d", aten.view.default: "reshape", aten.reshape.default: "reshape",
+    aten.flatten.using_ints: "reshape", aten.squeeze.dim: "reshape", aten.squeeze.dims: "reshape",
+    aten.unsqueeze.default: "reshape", aten.permute.default: "permute", aten.transpose.int: "permute",
+    aten.select.int: "select", aten.slice.Tensor: "slice", aten.contiguous.default: "reshape",
+    aten.clone.default: "reshape", aten.dropout.default: "reshape", aten.expand.default: "expand",
+    aten.upsample_nearest2d.vec: "upsample_nearest2d", aten.pad.default: "pad",
+    aten.constant_pad_nd.default: "pad",
+}
+CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
+
+
+# ---------------------------------------------------------------------------- specs
+
+
+def activation_spec(options: QuantOptions) -> QuantizationSpec:
+    """Per-tensor int8 activations."""
+    observer = HistogramObserver if options.observer == "histogram" else MinMaxObserver
+    scheme = torch.per_tensor_symmetric if options.symmetric_activations else torch.per_tensor_affine
+    return QuantizationSpec(
+        dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=scheme,
+        observer_or_fake_quant_ctr=observer.with_args(eps=2**-12),
+    )
+
+
+def weight_spec(options: QuantOptions) -> QuantizationSpec:
+    """Symmetric int8 weights in [-127, 127], per output channel (axis 0) or per tensor."""
+    if options.per_channel:
+        return QuantizationSpec(
+            dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
+            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=2**-12),
+        )
+    return QuantizationSpec(
+        dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_tensor_symmetric,
+        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12),
+    )
+
+
+def bias_spec(node: Node, options: QuantOptions) -> DerivedQuantizationSpec:
+    """int32 bias of scale ``input scale x weight scale`` and zero point 0."""
+    x, w = node.args[0], node.args[1]
+
+    def derive(observers: list) -> tuple[torch.Tensor, torch.Tensor]:
+        act_scale, _ = observers[0].calculate_qparams()
+        w_scale, _ = observers[1].calculate_qparams()
+        scale = (act_scale * w_scale).to(torch.float32)
+        return scale, torch.zeros_like(scale, dtype=torch.int32)
+
+    return DerivedQuantizationSpec(
+        derived_from=[(x, node), (w, node)], derive_qparams_fn=derive, dtype=torch.int32,
+        quant_min=-(2**31), quant_max=2**31 - 1,
+        qscheme=torch.per_channel_symmetric if options.per_channel else torch.per_tensor_symmetric,
+        ch_axis=0,
+    )
+
+
+# ---------------------------------------------------------------------------- the quantizer
+
+
+class NpuQuantizer(Quantizer):
+    """Annotates a graph for the NPU's int8 ops (see the module docstring)."""
+
+    def __init__(self, target: Any = None, options: QuantOptions | None = None) -> None:
+        super().__init__()
+        self.target = target
+        self.options = options or QuantOptions()
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        for node in model.graph.nodes:
+            if node.op == "call_function" and ANNOTATION_KEY not in node.meta:
+                self._annotate(node)
+        return model
+
+    def validate(self, model: GraphModule) -> None:
+        return None
+
+    # ------------------------------------------------------------------ per op class
+
+    def _annotate(self, node: Node) -> None:
+        t = node.target
+        table: list[tuple[dict, Callable[[Node], None]]] = [
+            (CONV_OPS, self._weighted), (LINEAR_OPS, self._weighted), (BINARY_OPS, self._binary),
+            (LUT_OPS, self._unary), (AVERAGE_OPS, self._unary), (FUSABLE_ACTIVATIONS, self._standalone_activation),
+            (SHARING_OPS, self._sharing), (CONCAT_OPS, self._concat),
+        ]
+        for ops, annotate in table:
+            if t in ops:
+                if ops[t] not in self.options.float_ops:
+                    annotate(node)
+                return
+
+    def _output_node(self, node: Node) -> Node:
+        """The node whose output is observed: a fusable activation that is the only user of
+        ``node`` (and is not kept in float), else ``node`` itself."""
+        users = list(node.users)
+        if len(users) == 1 and users[0].target in FUSABLE_ACTIVATIONS:
+            act = users[0]
+            if FUSABLE_ACTIVATIONS[act.target] not in self.options.float_ops and ANNOTATION_KEY not in act.meta:
+                return act
+        return node
+
+    def _finish(self, node: Node, inputs: dict[Node, QuantizationSpecBase]) -> None:
+        """Annotate ``node``'s inputs and the output of it (or of its fused activation)."""
+        out = self._output_node(node)
+        act = activation_spec(self.options)
+        if out is node:
+            _mark(node, inputs, act)
+        else:
+            _mark(node, inputs, None)
+            _mark(out, {}, act)
+
+    def _weighted(self, node: Node) -> None:
+        x, w = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else None
+        if not (isinstance(x, Node) and isinstance(w, Node)):
+            return
+        inputs: dict[Node, QuantizationSpecBase] = {x: activation_spec(self.options), w: weight_spec(self.options)}
+        if isinstance(bias, Node):
+            inputs[bias] = bias_spec(node, self.options)
+        self._finish(node, inputs)
+
+    def _binary(self, node: Node) -> None:
+        a, b = node.args[0], node.args[1]
+        if not (isinstance(a, Node) and isinstance(b, Node)) or not _is_float_tensor(a) or not _is_float_tensor(b):
+            return  # a scalar operand: the op stays in float
+        if node.target in (aten.add.Tensor, aten.add_.Tensor) and node.kwargs.get("alpha", 1) != 1:
+            return
+        spec = activation_spec(self.options)
+        inputs = {a: spec} if a is b else {a: spec, b: activation_spec(self.options)}
+        self._finish(node, inputs)
+
+    def _unary(self, node: Node) -> None:
+        x = node.args[0]
+        if isinstance(x, Node) and _is_float_tensor(x):
+            self._finish(node, {x: activation_spec(self.options)})
+
+    def _standalone_activation(self, node: Node) -> None:
+        """A relu/clamp that could not be fused: it keeps its input's parameters."""
+        x = node.args[0]
+        if isinstance(x, Node) and _is_float_tensor(x):
+            _mark(node, {x: activation_spec(self.options)}, SharedQuantizationSpec((x, node)))
+
+    def _sharing(self, node: Node) -> None:
+        """A data-movement op whose input is quantized shares its parameters."""
+        x = node.args[0]
+        if isinstance(x, Node) and _is_quantized_output(x) and _is_float_tensor(node):
+            shared = SharedQuantizationSpec(x)
+            _mark(node, {x: shared}, shared)
+
+    def _concat(self, node: Node) -> None:
+        parts = node.args[0]
+        if not isinstance(parts, (list, tuple)) or not parts or not all(isinstance(p, Node) for p in parts):
+            return
+        if not all(_is_float_tensor(p) for p in parts):
+            return
+        first = parts[0]
+        shared = SharedQuantizationSpec((first, node))
+        inputs: dict[Node, QuantizationSpecBase] = {first: activation_spec(self.options)}
+        for p in parts[1:]:
+            inputs.setdefault(p, shared)
+        _mark(node, inputs, shared)
+
+
+def _mark(node: Node, inputs: dict[Node, QuantizationSpecBase], output: QuantizationSpecBase | None) -> None:
+    node.meta[ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, output_qspec=output, _annotated=True)
+
+
+def _is_float_tensor(node: Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype == torch.float32
+
+
+def _is_quantized_output(node: Node) -> bool:
+    ann = node.meta.get(ANNOTATION_KEY)
+    return ann is not None and ann.output_qspec is not None
+
+
+# ---------------------------------------------------------------------------- the flow
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedModel:
+    """A quantized model: PyTorch's converted module (Q/DQ around float ops, the reference
+    npuc's int8 results are compared with) and its re-export decomposed to core ATen (as
+    :func:`npuc.frontend.export.export_program` does), which the frontend imports."""
+
+    module: torch.nn.Module
+    program: torch.export.ExportedProgram
+
+
+def quantize(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    calibration: Sequence[Any],
+    target: Any = None,
+    options: QuantOptions | None = None,
+) -> QuantizedModel:
+    """Export, annotate, calibrate on every sample and convert ``model``; then re-export it."""
+    example = as_input_tuple(example_inputs)
+    samples = check_calibration(calibration, example)
+    if not isinstance(model, torch.nn.Module):
+        raise NpucError(f"the model must be a torch.nn.Module, got a {type(model).__name__}")
+    from npuc.frontend.export import export_error, export_program, quiet_torch_logs
+
+    with quiet_torch_logs():
+        try:
+            captured = torch.export.export(model.eval(), example).module()
+        except Exception as e:  # torch.export raises many exception types; all mean the same to a user
+            raise export_error(e) from e
+        prepared = prepare_pt2e(captured, NpuQuantizer(target, options))
+        run_calibration(prepared, samples)
+        converted = convert_pt2e(prepared)
+    program = export_program(converted, example)
+    return QuantizedModel(converted, program)
+
+
+def quantize_model(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    calibration: Sequence[Any],
+    target: Any = None,
+    options: QuantOptions | None = None,
+) -> torch.export.ExportedProgram:
+    """The exported program of the quantized ``model`` (Q/DQ pairs around int8 ops)."""
+    return quantize(model, example_inputs, calibration, target, options).program
+
+
+__all__ = ["NpuQuantizer", "QuantOptions", "QuantizedModel", "quantize", "quantize_model"]
