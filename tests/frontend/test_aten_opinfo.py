@@ -187,8 +187,10 @@ def test_every_table_entry_is_tested():
     driven = {e for entries in OPINFO_CASES.values() for e in entries}
     tested = driven | set(HANDWRITTEN)
     assert not driven & set(HANDWRITTEN)
-    assert sorted(set(ATEN_TABLE) - tested) == []
-    assert sorted(tested - set(ATEN_TABLE)) == []
+    # The quantize/dequantize ops of quantized programs are tested in tests/quant/.
+    aten = {k for k in ATEN_TABLE if k.startswith("aten.")}
+    assert sorted(aten - tested) == []
+    assert sorted(tested - aten) == []
 
 
 @pytest.mark.parametrize("key", sorted(OPINFO_CASES))
