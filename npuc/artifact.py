@@ -227,11 +227,11 @@ def compile(  # noqa: A001 (the API's name)
 
 def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None):
     """The int8 graph of ``model``: quantized for ``target`` with the calibration samples (None:
-    the example inputs alone) and imported (npuc.quant.import_quantized)."""
+    the example inputs alone) and imported (npuc.frontend.quantized.import_quantized)."""
     try:
-        from npuc.quant import import_quantized
+        from npuc.frontend.quantized import import_quantized
     except ImportError:
-        raise NpucError("this npuc cannot import quantized models yet (npuc.quant.import_quantized is missing)") from None
+        raise NpucError("this npuc cannot import quantized models (npuc.frontend.quantized is missing)") from None
     samples = [example_inputs] if calibration is None else calibration
     return import_quantized(model, example_inputs, samples, target=target, name=name)
 
