@@ -43,6 +43,7 @@ class ZooEntry:
         torch.manual_seed(_WEIGHT_SEED)
         model = self.build_model().eval()
         randomize_batch_norms(model, _WEIGHT_SEED)
+        randomize_zero_weights(model, _WEIGHT_SEED)
         return model, self.make_inputs(0)
 
 
@@ -62,6 +63,21 @@ def randomize_batch_norms(model: torch.nn.Module, seed: int) -> None:
                 if m.affine:
                     m.weight.copy_(torch.rand(c, generator=g) + 0.5)
                     m.bias.copy_(torch.randn(c, generator=g) * 0.1)
+
+
+def randomize_zero_weights(model: torch.nn.Module, seed: int) -> None:
+    """Give seeded random values to linear/conv weights that their initializer left all zero.
+
+    Some models zero-initialize a layer (ViT's classification head): with random weights
+    elsewhere its output would be exactly zero and a comparison against PyTorch would check
+    nothing.
+    """
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) and not m.weight.any():
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / fan_in**0.5)
 
 
 # ------------------------------------------------------------------------------------ inputs
