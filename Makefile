@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make demo   set up .venv, import MobileNetV2, run the graph passes, check it against PyTorch
+#   make demo   set up .venv, compile MobileNetV2 for the default NPU, simulate it, check it
+#               against PyTorch and print the per-layer profile
 #   make test   set up .venv and run the whole test suite (model zoo included)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/npuc import torchvision:mobilenet_v2
+	$(VENV)/bin/npuc demo
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q
