@@ -21,7 +21,7 @@ Whatever matches no pattern stays as it is: a float op with ``dequantize`` befor
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 
@@ -111,22 +111,27 @@ def _constant_name(ctx: ConvertContext, data: torch.Tensor, fallback: str) -> st
 # ------------------------------------------------------------------------------ recognition
 
 
-def recognize_quantized(g: Graph) -> Graph:
-    """``g`` with every recognized ``quantize(op(dequantize ...))`` pattern as a quantized op."""
-    return rewrite(g, _visit)
+DEFAULT_FLOAT_OPS = ("softmax", "layer_norm")
+
+
+def recognize_quantized(g: Graph, float_ops: Collection[str] = DEFAULT_FLOAT_OPS) -> Graph:
+    """``g`` with every recognized ``quantize(op(dequantize ...))`` pattern as a quantized op,
+    except for the graph ops named in ``float_ops`` (QuantOptions.float_ops), which stay float."""
+    keep = frozenset(float_ops)
+    return rewrite(g, lambda node, rw: _visit(node, rw, keep))
 
 
 Params = tuple[float, int]
 
 
-def _visit(node: Node, rw: Rewriter) -> Value | None:
+def _visit(node: Node, rw: Rewriter, keep_float: frozenset[str]) -> Value | None:
     if node.op != "quantize":
         return None
     out: Params = (node.attrs.scale, node.attrs.zero_point)
     v = node.inputs[0]
     lo, hi = arith.QMIN, arith.QMAX
     p = rw.producer(v)
-    if p is not None and p.op in ("relu", "clamp") and _dequantized(rw, p.inputs[0]) is None:
+    if p is not None and p.op in ("relu", "clamp") and p.op not in keep_float and _dequantized(rw, p.inputs[0]) is None:
         if rw.num_users(v) != 1:
             return None
         lo, hi = _clamp_range(p, out)
@@ -135,7 +140,7 @@ def _visit(node: Node, rw: Rewriter) -> Value | None:
     if p is None or (p.op != "dequantize" and rw.num_users(v) != 1):
         return None
     handler = HANDLERS.get(p.op)
-    if handler is None:
+    if handler is None or p.op in keep_float:
         return None
     return handler(p, rw, out, lo, hi)
 
@@ -347,11 +352,15 @@ def import_quantized(
     from npuc.quant.quantizer import quantize
 
     q = quantize(model, example_inputs, calibration, target, options)
-    return import_quantized_program(q.program, name=name or type(model).__name__)
+    float_ops = options.float_ops if options is not None else DEFAULT_FLOAT_OPS
+    return import_quantized_program(q.program, name=name or type(model).__name__, float_ops=float_ops)
 
 
-def import_quantized_program(ep: torch.export.ExportedProgram, *, name: str = "main") -> Graph:
-    """Import a converted (Q/DQ) exported program and recognize its quantized ops."""
+def import_quantized_program(
+    ep: torch.export.ExportedProgram, *, name: str = "main", float_ops: Collection[str] = DEFAULT_FLOAT_OPS
+) -> Graph:
+    """Import a converted (Q/DQ) exported program and recognize its quantized ops (leaving the
+    graph ops named in ``float_ops`` in float)."""
     from npuc.frontend.importer import import_program
 
-    return recognize_quantized(import_program(ep, name=name))
+    return recognize_quantized(import_program(ep, name=name), float_ops)
