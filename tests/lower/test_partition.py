@@ -112,6 +112,6 @@ def test_compile_explains_cpu_ops():
     assert "embedding" in text and "est." in text and "us on the host" in text
 
 
-def test_quantize_int8_is_not_available_yet():
-    with pytest.raises(npuc.NpucError, match="not available yet"):
-        npuc.compile(Gather().eval(), (torch.randint(0, 32, (1, 6)),), quantize="int8")
+def test_unknown_quantization_is_refused():
+    with pytest.raises(npuc.NpucError, match="'int4' is not a quantization npuc knows"):
+        npuc.compile(Gather().eval(), (torch.randint(0, 32, (1, 6)),), quantize="int4")
