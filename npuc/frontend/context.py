@@ -189,7 +189,19 @@ class ConvertContext:
     def add(self, op: str, inputs: Sequence[Value], **attrs: Any) -> Value:
         """Append a single-output graph node ``op(inputs) {attrs}`` at the current location."""
         a = get_op(op).attrs(**attrs)
-        return self.builder.add1(op, inputs, a, loc=self.loc)
+        return self.builder.add(op, inputs, a, loc=self.loc, names=[self._name_hint(op)])[0]
+
+    def _name_hint(self, op: str) -> str | None:
+        """Name a new value after the module that computes it (``layer1.0.conv1``); an op inside
+        a module's own forward gets the op's name after the module's (``layer1.0.add``)."""
+        stack = self.node.meta.get("nn_module_stack") if self.node is not None else None
+        if not stack:
+            return None
+        path, cls = list(stack.values())[-1]
+        if not isinstance(path, str) or not path:
+            return None
+        builtin = isinstance(cls, str) and cls.startswith("torch.nn.modules.")
+        return path if builtin else f"{path}.{op}"
 
     def reshape(self, v: Value, shape: Sequence[int]) -> Value:
         shape = tuple(int(d) for d in shape)

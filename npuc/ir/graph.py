@@ -113,9 +113,15 @@ class GraphBuilder:
         self._counter = 0
 
     def fresh_name(self, hint: str | None = None) -> str:
-        if hint is not None and hint not in self._names and _is_ident(hint):
-            self._names.add(hint)
-            return hint
+        """A value name not used yet: ``hint`` (or ``hint_1``, ``hint_2``, ...) when it is an
+        identifier, else the next number."""
+        if hint is not None and _is_ident(hint):
+            name, k = hint, 0
+            while name in self._names:
+                k += 1
+                name = f"{hint}_{k}"
+            self._names.add(name)
+            return name
         while str(self._counter) in self._names:
             self._counter += 1
         name = str(self._counter)
@@ -145,7 +151,7 @@ class GraphBuilder:
         ty = TensorType.of(tensor)
         if quant is not None:
             ty = TensorType(ty.shape, ty.dtype, quant)
-        return self.add("const", (), ConstAttrs(name=key, type=ty), loc=loc)[0]
+        return self.add("const", (), ConstAttrs(name=key, type=ty), loc=loc, names=[key])[0]
 
     def add(
         self,

@@ -11,7 +11,10 @@ at its operands' producers (``rw.producer(v)``) sees them *after* rewriting: cha
 
 Nodes left without users are removed at the end (graphs are pure dataflow).  The source graph is
 never changed: a pass is a function ``Graph -> Graph``.  Names are deterministic: kept values keep
-theirs, new values take fresh ones, constants keep their names and new constants are made unique.
+theirs; a new value that replaces a node's result takes the name asked with ``rw.add(...,
+name=...)``, else the replaced result's name, when the finished graph leaves that name free (so a
+layer keeps its module's name through the passes); other new values are numbered.  Constants keep
+their names and new constants are made unique.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class Rewriter:
         self._stands_for: dict[Value, Value] = {}
         self._user_counts = count_users(source)
         self._constants: dict[str, torch.Tensor] = dict(source.constants)
+        self._wanted: dict[Value, str] = {}  # names asked for new values (rw.add(..., name=))
+        self._created: set[Value] = set()  # values built during the walk (the only ones renamed)
 
     # ------------------------------------------------------------------ questions
 
@@ -62,12 +67,19 @@ class Rewriter:
 
     # ------------------------------------------------------------------ building
 
-    def add(self, op: str, inputs: Sequence[Value], attrs: Any = None, *, loc: str | None = None, **fields: Any) -> Value:
+    def add(
+        self, op: str, inputs: Sequence[Value], attrs: Any = None, *, loc: str | None = None,
+        name: str | None = None, **fields: Any,
+    ) -> Value:
         """Append ``op(inputs)`` (attributes as an instance or as fields) and return its result.
 
-        The node takes the location of the node being rewritten unless ``loc`` is given.
+        The node takes the location of the node being rewritten unless ``loc`` is given; its
+        result is named ``name`` when the finished graph leaves that name free.
         """
-        return self.add_multi(op, inputs, attrs, loc=loc, **fields)[0]
+        v = self.add_multi(op, inputs, attrs, loc=loc, **fields)[0]
+        if name is not None:
+            self._wanted[v] = name
+        return v
 
     def add_multi(
         self, op: str, inputs: Sequence[Value], attrs: Any = None, *, loc: str | None = None, **fields: Any
@@ -78,6 +90,7 @@ class Rewriter:
         inputs = tuple(inputs)
         outs = self.builder.add(op, inputs, attrs, loc=where)
         self._record(Node(op, inputs, outs, attrs, where))
+        self._created.update(outs)
         return outs
 
     def constant(
@@ -145,7 +158,32 @@ def rewrite(g: Graph, fn: RewriteFn, *, name: str | None = None) -> Graph:
             if new is not old:
                 rw._stands_for.setdefault(new, old)
     outputs = [mapping.get(v, v) for v in g.outputs]
-    return prune_dead(builder.build(outputs))
+    inputs_of_g = set(g.inputs)
+    for old, new in mapping.items():
+        if new in rw._created and new not in rw._wanted and old not in inputs_of_g:
+            rw._wanted[new] = old.name
+    wanted = {v: name for v, name in rw._wanted.items() if v in rw._created}
+    return _rename(prune_dead(builder.build(outputs)), wanted)
+
+
+def _rename(g: Graph, wanted: dict[Value, str]) -> Graph:
+    """``g`` with the values of ``wanted`` renamed where the name is free (in program order)."""
+    taken = {v.name for v in g.inputs} | {v.name for n in g.nodes for v in n.outputs}
+    renamed: dict[Value, Value] = {}
+    for n in g.nodes:
+        for v in n.outputs:
+            want = wanted.get(v)
+            if want is not None and want not in taken:
+                taken.discard(v.name)
+                taken.add(want)
+                renamed[v] = Value(want, v.type)
+    if not renamed:
+        return g
+    nodes = tuple(
+        Node(n.op, tuple(renamed.get(v, v) for v in n.inputs), tuple(renamed.get(v, v) for v in n.outputs), n.attrs, n.loc)
+        for n in g.nodes
+    )
+    return Graph(g.name, g.inputs, nodes, tuple(renamed.get(v, v) for v in g.outputs), g.constants)
 
 
 def prune_dead(g: Graph) -> Graph:

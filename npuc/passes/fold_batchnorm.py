@@ -63,7 +63,7 @@ def _into_producer(p: Node, rw: Rewriter, scale: torch.Tensor, shift: torch.Tens
     bname = wname[: -len("weight")] + "bias" if wname.endswith("weight") else f"{wname}.bias"
     w_v = rw.constant(f"{wname}.bn_folded", new_w)
     b_v = rw.constant(f"{bname}.bn_folded", new_b)
-    return rw.add(p.op, (p.inputs[0], w_v, b_v), p.attrs, loc=p.loc)
+    return rw.add(p.op, (p.inputs[0], w_v, b_v), p.attrs, loc=p.loc, name=p.outputs[0].name)
 
 
 def _as_mul_add(x: Value, rw: Rewriter, scale: torch.Tensor, shift: torch.Tensor) -> Value:

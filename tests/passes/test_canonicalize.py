@@ -138,8 +138,8 @@ def test_addmm_form_becomes_linear_with_the_original_weight():
         graph @"t"(%x: tensor<2x4xf32>) -> (tensor<2x5xf32>) {
           %w = const @"fc.weight" : tensor<5x4xf32>
           %b = const @"fc.bias" : tensor<5xf32>
-          %1 = linear(%x, %w, %b) : tensor<2x5xf32>
-          return %1
+          %y = linear(%x, %w, %b) : tensor<2x5xf32>
+          return %y
         }
     """)
     assert print_graph(out) == expected
