@@ -20,6 +20,8 @@ from typing import Callable
 
 import torch
 
+from npuc._quiet import quiet_torchao_import
+
 from npuc.errors import ModelSpecError
 
 ModelAndInputs = tuple[torch.nn.Module, tuple]
@@ -136,6 +138,7 @@ def _common_config() -> dict:
 
 
 def _bert_tiny() -> torch.nn.Module:
+    quiet_torchao_import()
     from transformers import BertConfig, BertModel
 
     cfg = BertConfig(
@@ -149,6 +152,7 @@ def _bert_tiny() -> torch.nn.Module:
 
 
 def _gpt2_tiny() -> torch.nn.Module:
+    quiet_torchao_import()
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(
@@ -163,6 +167,7 @@ def _gpt2_tiny() -> torch.nn.Module:
 
 
 def _llama_tiny() -> torch.nn.Module:
+    quiet_torchao_import()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(

@@ -20,7 +20,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
-from torchao.quantization.pt2e.observer import (
+
+from npuc._quiet import quiet_torchao_import
+
+quiet_torchao_import()
+
+from torchao.quantization.pt2e.observer import (  # noqa: E402
     HistogramObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,
