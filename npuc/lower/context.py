@@ -118,6 +118,8 @@ class LowerContext:
 
     def kernel(self, node: Node, kind: str, inputs: tuple[DramTensor, ...], output: DramTensor, attrs=None,
                epilogue: tuple[EpilogueOp, ...] = (), suffix: str = "") -> Kernel:
-        """A kernel of ``node`` named ``<op>_<value><suffix>``."""
+        """A kernel of ``node``, named after its value (the module path the frontend gave it,
+        ``layer1.0.conv1``) or ``<op>_<number>`` for a numbered value, plus ``suffix``."""
         v = node.outputs[0].name
-        return Kernel(f"{node.op}_{v}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), self.dtype, (v,))
+        base = f"{node.op}_{v}" if v.isdigit() else v
+        return Kernel(f"{base}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), self.dtype, (v,))
