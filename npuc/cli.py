@@ -91,7 +91,7 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
         g = run_graph_passes(raw, print_after=print_after, print_after_all=print_after_all,
                              dump_dir=dump_dir)
     if emit_ir:
-        console.print(str(g), markup=False, end="")
+        click.echo(str(g), nl=False)  # raw text form, never wrapped
     _print_summary(g, model)
     if check:
         with torch.no_grad():
@@ -226,7 +226,7 @@ def disasm_cmd(binary):
     """Disassemble encoded NPU instructions to assembly text."""
     from npuc.isa import decode_program, disassemble
 
-    console.print(disassemble(decode_program(binary.read_bytes())), markup=False, end="")
+    click.echo(disassemble(decode_program(binary.read_bytes())), nl=False)  # raw: valid assembly
 
 
 # ------------------------------------------------------------------------------------ compile
@@ -483,6 +483,59 @@ def demo_cmd(model, target):
     _print_profile(prof, f"{model} on {art.target.name}")
     if not all(c.ok for c in checks):
         sys.exit(1)
+
+
+@main.command("sim")
+@click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--target", "target_name", default=None, metavar="NAME|FILE",
+              help="Target preset or .toml file (default: the default preset).")
+@click.option("--dram", "dram_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Initial DRAM image (raw bytes); default: zeros, as large as the program needs.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a Perfetto/Chrome trace of the run here.")
+@user_errors
+def sim_cmd(program, target_name, dram_file, trace):
+    """Simulate NPU code (assembly text, or the bytes `npuc asm` writes) and report its cost."""
+    from npuc.isa import assemble, decode_program
+    from npuc.runtime.sim import simulate
+    from npuc.runtime.sim.trace import write_perfetto_trace
+    from npuc.targets import DEFAULT_TARGET, load_target
+
+    tgt = load_target(target_name or DEFAULT_TARGET)
+    data = program.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    instrs = assemble(text) if text is not None and _looks_like_asm(text) else decode_program(data)
+    dram = dram_file.read_bytes() if dram_file is not None else None
+    r = simulate(instrs, tgt, dram)
+    t = Table(title=f"{program.name} on {tgt.name}: {len(instrs)} instructions")
+    t.add_column("unit")
+    t.add_column("busy cycles", justify="right")
+    t.add_column("utilization", justify="right")
+    for unit, busy in r.unit_busy.items():
+        if unit != "ctrl":
+            t.add_row(unit, f"{busy:,}", f"{r.utilization(unit):.1%}")
+    console.print(t)
+    console.print(
+        f"total {r.total_cycles:,} cycles = {r.time_s * 1e6:.2f} us at {tgt.clock_hz / 1e6:.0f} MHz; "
+        f"{r.macs:,} MACs ({r.mac_utilization:.1%} of the array's peak); DRAM {r.dram_bytes_read:,} B read, "
+        f"{r.dram_bytes_written:,} B written; SRAM {r.sram_bytes_read:,} B read, {r.sram_bytes_written:,} B written; "
+        f"energy {r.energy_pj / 1e6:.3f} uJ"
+    )
+    if trace is not None:
+        write_perfetto_trace(r, trace)
+        console.print(f"trace -> {trace}")
+
+
+def _looks_like_asm(text: str) -> bool:
+    """Assembly text starts (after comments and blank lines) with a mnemonic."""
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].split(";", 1)[0].strip()
+        if line:
+            return line.split()[0].isidentifier()
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover
