@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from npuc.errors import NpucError, VerifyError
-from npuc.ir.graph import Graph, Node, Value
+from npuc.ir.graph import Graph, Node
 from npuc.ir.opdef import get_op
 from npuc.ir.types import DType, TensorType
 

@@ -31,8 +31,10 @@ def test_asm_disasm_and_sim_agree_on_text_and_binary(tmp_path):
     total = [line for line in from_text.output.splitlines() if line.startswith("total")]
     assert total and total == [line for line in from_bin.output.splitlines() if line.startswith("total")]
     assert "DRAM 1,024 B read, 1,024 B written" in from_text.output.replace("\n", " ")
-    events = json.loads((tmp_path / "t.json").read_text())
-    assert events  # a trace with the program's slices
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    slices = sorted((e["args"]["index"], e["name"]) for e in events if e.get("ph") == "X")
+    assert [name for _, name in slices] == ["DMA_LOAD", "VUN", "DMA_STORE", "END"][: len(slices)]
+    assert [name for _, name in slices][:3] == ["DMA_LOAD", "VUN", "DMA_STORE"]
 
 
 def test_sim_reports_bad_assembly_as_one_sentence(tmp_path):

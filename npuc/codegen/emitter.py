@@ -29,7 +29,7 @@ overlaps the compute of tile i.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from npuc.errors import CompileError

@@ -17,6 +17,7 @@ from npuc.codegen.emitter import Emitter
 from npuc.codegen.kernel import EpilogueOp, Kernel, Plan, get_kernel
 from npuc.codegen.tensor import DramTensor
 from npuc.errors import CompileError
+from npuc.ir.opdef import get_op
 from npuc.isa.instr import Program
 from npuc.runtime.sim import simulate
 from npuc.runtime.sim.result import SimResult
@@ -84,45 +85,17 @@ def run_kernel(kernel: Kernel, target: Target, values: Mapping[str, np.ndarray],
     return KernelRun(out, result, program, plan, placed)
 
 
-_UNARY = {
-    "relu": torch.relu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "silu": torch.nn.functional.silu,
-    "hardswish": torch.nn.functional.hardswish,
-    "hardsigmoid": torch.nn.functional.hardsigmoid,
-    "exp": torch.exp,
-    "neg": torch.neg,
-    "abs": torch.abs,
-    "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt,
-    "reciprocal": torch.reciprocal,
-}
-_BINARY = {
-    "add": torch.add,
-    "sub": torch.sub,
-    "mul": torch.mul,
-    "div": torch.div,
-    "maximum": torch.maximum,
-    "minimum": torch.minimum,
-}
-
-
 def epilogue_reference(x: torch.Tensor, epilogue: tuple[EpilogueOp, ...], values: Mapping[str, np.ndarray]) -> torch.Tensor:
-    """Apply an epilogue with PyTorch in fp32 (for kernel tests)."""
+    """Apply an epilogue in fp32 with each op's reference from the graph-op registry (for tests)."""
     for e in epilogue:
-        if e.op in _UNARY:
-            x = _UNARY[e.op](x)
-        elif e.op == "clamp":
-            x = torch.clamp(x, e.param("min"), e.param("max"))
-        elif e.op == "gelu":
-            x = torch.nn.functional.gelu(x, approximate=e.param("approximate", "none"))
-        elif e.op in _BINARY:
-            if e.operand is not None:
-                other = torch.from_numpy(np.asarray(values[e.operand.name], dtype=np.float32))
-            else:
-                other = torch.tensor(float(e.scalar))
-            x = _BINARY[e.op](other, x) if e.operand_first else _BINARY[e.op](x, other)
+        opdef = get_op(e.op)
+        attrs = opdef.attrs(**dict(e.params))
+        if opdef.max_inputs == 1:
+            (x,) = opdef.reference((x,), attrs)
+            continue
+        if e.operand is not None:
+            other = torch.from_numpy(np.asarray(values[e.operand.name], dtype=np.float32))
         else:
-            raise CompileError(f"no reference for epilogue op '{e.op}'")
+            other = torch.tensor(float(e.scalar))
+        (x,) = opdef.reference((other, x) if e.operand_first else (x, other), attrs)
     return x

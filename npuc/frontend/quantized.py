@@ -20,7 +20,6 @@ Whatever matches no pattern stays as it is: a float op with ``dequantize`` befor
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Collection, Sequence
 
 import torch

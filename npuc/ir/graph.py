@@ -84,13 +84,6 @@ class Graph:
         """Nodes in order, optionally only those of op ``name``."""
         return (n for n in self.nodes if name is None or n.op == name)
 
-    def const_value(self, v: Value) -> torch.Tensor | None:
-        """The tensor behind ``v`` when it is produced by a ``const`` node, else None."""
-        for n in self.nodes:
-            if v in n.outputs:
-                return self.constants[n.attrs.name] if n.op == "const" else None
-        return None
-
     def __str__(self) -> str:
         from npuc.ir.text import print_graph
 

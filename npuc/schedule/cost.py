@@ -347,7 +347,6 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
         w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else S * NB * CB
     comp = 0
     store = 0
-    per_tile_dma = 0
     oy0, ox0 = ys[len(ys) // 2][0], xs[len(xs) // 2][0]
     for th in {b[1]: None for b in ys}:
         ny = sum(1 for b in ys if b[1] == th)

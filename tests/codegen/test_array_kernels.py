@@ -69,7 +69,6 @@ def conv_kernel(n, c, h, w, o, kh, kw=None, stride=1, pad=0, dil=1, groups=1, ep
 
 
 def bias_op(k_shape, name="bias") -> EpilogueOp:
-    n, o = k_shape[0], k_shape[1]
     return EpilogueOp("add", operand=DramTensor(name, tuple(k_shape), FP16, 0, (0, 2, 0, 0)))
 
 

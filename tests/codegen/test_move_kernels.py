@@ -74,7 +74,6 @@ def test_expand_broadcasts_from_one_load():
 def test_nearest_upsample_x2(target, size):
     n, c, h, w = size
     v = _rand((n, c, h, w))
-    es = 2
     # the upsampled output [N, C, 2H, 2W] seen as [N, C, H, 2, W, 2]; the source expanded over the 2s
     src_nhwc = DramTensor.dense("x", (n, c, h, w), F16, order=NHWC)
     sN, sC, sH, sW = src_nhwc.strides

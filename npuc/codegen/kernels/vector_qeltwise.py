@@ -22,7 +22,7 @@ table is loaded once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from npuc.codegen.epilogue import (
     ALIGN,
