@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from npuc.cli import main
 
 RELU = """# relu over 1024 int8 values
-DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=compute
+DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=vector
 VUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0 wait=load signal=store
-DMA_STORE esize=1 dram_addr=1024 local_addr=0x1000 n0=1024 wait=compute
+DMA_STORE esize=1 dram_addr=1024 local_addr=0x1000 n0=1024 wait=vector
 END
 """
 

@@ -10,16 +10,15 @@ alike) and are not already ordered before it, and adds the tokens that order the
 Ordering facts are tracked with a vector clock per queue: ``known[q][p]`` is the highest program
 index of a queue-``p`` instruction known to have completed before queue ``q``'s next instruction
 starts.  In-order queues make that a prefix: the completion of instruction ``j`` implies that every
-earlier instruction of its queue has completed (the compute queue completes in order; DMA
-transfers of one queue complete in order because they all pay the same latency after their
-turn on the DRAM port).
+earlier instruction of its queue has completed (the execute queues, compute and vector, complete
+in order; DMA transfers of one queue complete in order because they all pay the same latency
+after their turn on the DRAM port).
 
-Token rules (see docs/isa.md): tokens travel between neighbouring queues (load <-> compute <->
-store).  A dependency of queue ``q`` on instruction ``j`` of a neighbour ``p`` sets ``j``'s signal
-flag towards ``q`` and the new instruction's wait flag from ``p``; every token is consumed by the
-instruction that asked for it, so the k-th wait on a channel always matches the k-th signal.  A
-load <-> store dependency is relayed through a ``NOP`` on the compute queue.  Dependencies only
-point backwards in program order, so the result cannot deadlock.
+Token rules (see docs/isa.md): every pair of queues has a token channel each way.  A dependency
+of queue ``q`` on instruction ``j`` of queue ``p`` sets ``j``'s signal flag towards ``q`` and the
+new instruction's wait flag from ``p``; every token is consumed by the instruction that asked for
+it, so the k-th wait on a channel always matches the k-th signal.  Dependencies only point
+backwards in program order, so the result cannot deadlock.
 
 Double buffering falls out: a kernel that alternates two scratchpad buffers gets tokens only
 between a buffer's consumer and the next load into that same buffer, so the load of tile i+1
@@ -37,7 +36,9 @@ from npuc.isa.enums import Mem, Queue
 from npuc.isa.instr import Deps, FieldError, Instr, Program, build_args, get_def, program_problem
 from npuc.targets import Target
 
-_LOAD, _COMPUTE, _STORE = int(Queue.load), int(Queue.compute), int(Queue.store)
+_COMPUTE = int(Queue.compute)
+_NQ = len(Queue)
+_EXECUTES = tuple(q.executes for q in Queue)
 _PRUNE_EVERY = 512
 
 
@@ -63,14 +64,15 @@ class Emitter:
         self.target = target
         self._ops: list[tuple[str, Any]] = []
         self._queues: list[int] = []
-        self._flags: list[list[bool]] = []  # wait_prev, wait_next, signal_prev, signal_next
+        self._waits: list[frozenset[Queue]] = []
+        self._signals: list[set[Queue]] = []
         self._sources: list[str] = []
-        self._clock_at: list[tuple[int, int, int]] = []  # knowledge when each instruction starts
-        self._known = [[-1, -1, -1] for _ in range(3)]
+        self._clock_at: list[tuple[int, ...]] = []  # knowledge when each instruction starts
+        self._known = [[-1] * _NQ for _ in range(_NQ)]
         self._reads: dict[Mem, list[_Access]] = {m: [] for m in Mem}
         self._writes: dict[Mem, list[_Access]] = {m: [] for m in Mem}
-        self._last = [-1, -1, -1]  # last program index per queue
-        self._pending = [[False, False] for _ in range(3)]  # waits for each queue's next instruction
+        self._last = [-1] * _NQ  # last program index per queue
+        self._pending: list[set[Queue]] = [set() for _ in range(_NQ)]  # waits of each queue's next instruction
         self._label = ""
         self._finished = False
 
@@ -123,8 +125,8 @@ class Emitter:
             self._append("END", Instr.make("END").args, _COMPUTE)
             self._finished = True
         instrs = []
-        for (op, args), f in zip(self._ops, self._flags):
-            instrs.append(Instr(op, args, Deps(*f)))
+        for (op, args), w, sig in zip(self._ops, self._waits, self._signals):
+            instrs.append(Instr(op, args, Deps(w, frozenset(sig))))
         problem = program_problem(instrs)
         if problem:
             raise CompileError(f"internal error: {problem}")
@@ -134,17 +136,18 @@ class Emitter:
 
     def _append(self, op: str, args: Any, q: int) -> int:
         index = len(self._ops)
-        wait_prev, wait_next = self._pending[q]
-        self._pending[q] = [False, False]
+        waits = frozenset(self._pending[q])
+        self._pending[q] = set()
         self._ops.append((op, args))
         self._queues.append(q)
-        self._flags.append([wait_prev, wait_next, False, False])
+        self._waits.append(waits)
+        self._signals.append(set())
         self._sources.append(self._label)
         known = self._known[q]
-        if q == _COMPUTE:
-            # the compute queue starts an instruction only when every earlier one has completed
+        if _EXECUTES[q]:
+            # an execute queue starts an instruction only when every earlier one has completed
             known[q] = max(known[q], self._last[q])
-        self._clock_at.append((known[0], known[1], known[2]))
+        self._clock_at.append(tuple(known))
         self._last[q] = index
         return index
 
@@ -166,39 +169,25 @@ class Emitter:
 
     def _order_after(self, q: int, needs: dict[int, int]) -> None:
         """Make queue ``q``'s next instruction start after each ``needs[p]`` has completed."""
-        if not needs:
-            return
-        waits: dict[int, int] = dict(needs)
-        far = _STORE if q == _LOAD else _LOAD if q == _STORE else None
-        if far is not None and far in waits:
-            j = waits.pop(far)
-            # relay through the compute queue unless compute already knows about j
-            if self._last[_COMPUTE] >= 0 and self._clock_after(self._last[_COMPUTE])[far] >= j:
-                relay = self._last[_COMPUTE]
-            else:
-                self._order_after(_COMPUTE, {far: j})
-                relay = self._append("NOP", Instr.make("NOP").args, _COMPUTE)
-            waits[_COMPUTE] = max(waits.get(_COMPUTE, -1), relay)
-        for p, j in sorted(waits.items()):
+        for p, j in sorted(needs.items()):
             if j > self._known[q][p]:
                 self._link(p, j, q)
 
     def _link(self, p: int, j: int, q: int) -> None:
-        """Signal from instruction j (queue p) to the next instruction of neighbour queue q."""
-        toward_next = q > p
-        self._flags[j][3 if toward_next else 2] = True
-        self._pending[q][0 if toward_next else 1] = True
+        """Signal from instruction j (queue p) to the next instruction of queue q."""
+        self._signals[j].add(Queue(q))
+        self._pending[q].add(Queue(p))
         known = self._known[q]
         after = self._clock_after(j)
-        for r in range(3):
+        for r in range(_NQ):
             known[r] = max(known[r], after[r])
 
-    def _clock_after(self, j: int) -> tuple[int, int, int]:
+    def _clock_after(self, j: int) -> tuple[int, ...]:
         """What is known complete once instruction j has completed."""
         c = list(self._clock_at[j])
         p = self._queues[j]
         c[p] = max(c[p], j)
-        return c[0], c[1], c[2]
+        return tuple(c)
 
     def _prune(self) -> None:
         """Forget accesses that every other queue already knows to be complete."""
@@ -206,5 +195,5 @@ class Emitter:
             for mem, lst in table.items():
                 table[mem] = [
                     a for a in lst
-                    if any(a.index > self._known[q][a.queue] for q in range(3) if q != a.queue)
+                    if any(a.index > self._known[q][a.queue] for q in range(_NQ) if q != a.queue)
                 ]

@@ -2,8 +2,8 @@
 
 Values are integers (decimal or 0x hex), enum names, or decimal numbers for fp32 immediates.
 ``#`` or ``;`` starts a comment.  Omitted fields take their documented defaults.  Dependency
-flags name the neighbouring queue: a compute instruction writes ``wait=load`` to wait for a token
-from the load queue, ``signal=store`` to send one to the store queue.
+flags name the other queue: a compute instruction writes ``wait=load`` to wait for a token from
+the load queue, ``signal=store,vector`` to send one to the store queue and one to the vector queue.
 
 The disassembler writes every field and the flags that are set, so that
 ``assemble(disassemble(p)) == p`` for every program and ``disassemble(assemble(t)) == t`` for
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from npuc.errors import AsmError
 from npuc.isa.enums import Queue
-from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, Program, build_args, get_def, next_queue, prev_queue, program_problem
+from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, Program, build_args, get_def, program_problem
 
 
 def format_instr(ins: Instr) -> str:
@@ -32,8 +32,8 @@ def disassemble(program: Program | list[Instr]) -> str:
 
 def _deps_text(deps: Deps, q: Queue) -> list[str]:
     out = []
-    for key, prev_flag, next_flag in (("wait", deps.wait_prev, deps.wait_next), ("signal", deps.signal_prev, deps.signal_next)):
-        names = [n.name for n, on in ((prev_queue(q), prev_flag), (next_queue(q), next_flag)) if on and n is not None]
+    for key, queues in (("wait", deps.waits), ("signal", deps.signals)):
+        names = [o.name for o in q.others() if o in queues]
         if names:
             out.append(f"{key}={','.join(names)}")
     return out
@@ -106,21 +106,14 @@ def _parse_queues(val: str, lineno: int) -> set[Queue]:
     out = set()
     for name in val.split(","):
         if name not in Queue.__members__:
-            raise AsmError(f"line {lineno}: '{name}' is not a queue (load, compute, store)")
+            raise AsmError(f"line {lineno}: '{name}' is not a queue ({', '.join(Queue.__members__)})")
         out.add(Queue[name])
     return out
 
 
 def _make_deps(d: InstrDef, deps: dict[str, set[Queue]]) -> Deps:
-    p, n = prev_queue(d.queue), next_queue(d.queue)
-    flags = {}
-    for key in ("wait", "signal"):
-        for q in deps[key]:
-            if q not in (p, n):
-                raise FieldError(
-                    f"{d.name} runs on the {d.queue.name} queue, which exchanges tokens only with "
-                    f"{' and '.join(x.name for x in (p, n) if x is not None)}, not {q.name}"
-                )
-        flags[f"{key}_prev"] = p in deps[key]
-        flags[f"{key}_next"] = n in deps[key]
-    return Deps(**flags)
+    made = Deps(frozenset(deps["wait"]), frozenset(deps["signal"]))
+    reason = made.problem(d.queue)
+    if reason:
+        raise FieldError(f"{d.name} runs on the {d.queue.name} queue: {reason}")
+    return made

@@ -38,9 +38,11 @@ do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
   conversions, reductions, pooling windows and fills, on 2-D strided operands: element
   (i1, i0) of an operand lives at `addr + i1*s1 + i0*s0`, so a zero stride broadcasts.
   Floating-point vector work needs a target with fp16.
-* **Queues.** Instructions are issued, in program order, to three in-order queues: **load**
-  (`DMA_LOAD`), **store** (`DMA_STORE`) and **compute** (everything else). The queues run
-  concurrently and synchronise only through dependency tokens.
+* **Queues.** Instructions are issued, in program order, to four in-order queues: **load**
+  (`DMA_LOAD`), **store** (`DMA_STORE`), **compute** (the array: `LOAD_WEIGHTS`, `MATMUL`,
+  `MATMUL_OS`, and `NOP`/`END`) and **vector** (every vector-unit instruction). The queues run
+  concurrently and synchronise only through dependency tokens, so requantization, epilogues
+  and vector kernels run beside array work.
 
 ## Encoding
 
@@ -49,11 +51,9 @@ Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit 
 | bits | content |
 |---|---|
 | 0-7 | opcode |
-| 8 | `wait_prev`: pop a token from the previous queue before starting |
-| 9 | `wait_next`: pop a token from the next queue before starting |
-| 10 | `signal_prev`: push a token to the previous queue on completion |
-| 11 | `signal_next`: push a token to the next queue on completion |
-| 12-15 | reserved, zero |
+| 8-10 | wait flags: bit 8 + k pops a token from the k-th other queue (in the order load, compute, store, vector, skipping the instruction's own) before starting |
+| 11-13 | signal flags: bit 11 + k pushes a token to the k-th other queue on completion |
+| 14-15 | reserved, zero |
 | {HEADER_BITS}-255 | the fields, in the order listed for the instruction, each in its width ({FIELD_BITS} bits available); unused bits zero |
 
 Integers are unsigned unless the type says `int` (two's complement); enums are stored by value;
@@ -70,10 +70,10 @@ disassembler writes every field, so `assemble(disassemble(p)) == p`.
 
 ## Dependency tokens
 
-The queues form a chain **load -> compute -> store**, with four token channels:
-load->compute, compute->load, compute->store and store->compute (as in TVM's VTA). In text an
-instruction names the neighbouring queue: `wait=load` on a compute instruction pops a token the
-load queue sent; `signal=store` sends one to the store queue.
+Every ordered pair of queues has a token channel (twelve in all: load->compute, compute->load,
+..., vector->store), the pairwise channels of TVM's VTA extended to every pair. In text an
+instruction names the other queue: `wait=load` on a compute instruction pops a token the load
+queue sent; `signal=store,vector` sends one to the store queue and one to the vector queue.
 
 * A token is pushed when the signalling instruction **completes** (its data is written).
 * An instruction with a wait flag does not start until a token is there, and consumes it.
@@ -82,8 +82,7 @@ load queue sent; `signal=store` sends one to the store queue.
   before overwriting it). Compute and store pair up the same way. With two buffers, load
   of tile i+1 overlaps compute of tile i (double buffering). A program starts with no tokens:
   to let the load queue run ahead by two buffers, it simply does not wait for its first two loads.
-* An order between a store and a later load goes through compute: the store signals compute, a
-  compute instruction (`NOP` if nothing else) waits and signals the load queue.
+* An order between a store and a later load is a store -> load token, like any other pair.
 * Waiting on a token that never comes is a deadlock; the simulator detects it and names each
   stalled instruction. Tokens left over at the end are reported, not an error.
 * Two instructions in flight at the same time that touch the same bytes, one of them writing,
@@ -96,14 +95,15 @@ load queue sent; `signal=store` sends one to the store queue.
 Each queue starts its instructions in order. An instruction starts when (1) its queue allows it,
 (2) its unit is free, (3) the tokens it waits for have arrived. (1): the load and store queues may
 start a transfer as soon as the previous one has left the DRAM port (transfers are pipelined:
-latency overlaps); the compute queue starts an instruction when all earlier compute instructions
-have completed, except right after an instruction it *may follow* (listed below), which it may
+latency overlaps); an execute queue (compute, vector) starts an instruction when all earlier
+instructions of that queue have completed, except right after an instruction it *may follow*
+(listed below), which it may
 start beside: `LOAD_WEIGHTS` as soon as the `MATMUL` before it starts (the array has two weight
 buffers), `MATMUL_OS` as soon as the array is free after the `MATMUL_OS` before it (outputs drain
 meanwhile), unless the two touch the same bytes with one writing: the hardware interlocks and the
-second waits for the first to complete. Compute instructions complete in order (one started
-beside a longer one retires after it), so a token from a compute instruction vouches for every
-earlier compute instruction. Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
+second waits for the first to complete. Instructions of an execute queue complete in order (one
+started beside a longer one retires after it), so a token from one vouches for every earlier
+instruction of its queue. Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
 vector unit. An instruction occupies its unit for *busy* cycles and completes *latency* cycles
 later (DMAs: the DRAM latency; MATMUL_OS: the output drain; vector ops: the pipeline depth).
 The total is the latest completion.
@@ -120,8 +120,8 @@ K + rows + cols - 2, the same for full tiles except npuc's final drain. Both dat
 respect scratchpad bandwidth (`scratchpad.banks` x `scratchpad.bank_width_bytes` bytes per
 cycle); bank conflicts are not modelled. Consecutive `MATMUL`s are not pipelined into each
 other. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes / scratchpad
-bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}. Compute-queue instructions otherwise run
-one at a time: vector work does not overlap array work.
+bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}. Instructions of one execute queue otherwise run
+one at a time; the array and the vector unit overlap each other as far as tokens allow.
 
 ## Energy model
 

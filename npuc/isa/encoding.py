@@ -1,7 +1,7 @@
 """Binary encoding: every instruction is 32 bytes, a little-endian 256-bit word.
 
-Bits 0-7 hold the opcode, bits 8-11 the dependency flags (wait_prev, wait_next, signal_prev,
-signal_next), bits 12-15 are zero, and the instruction's fields follow from bit 16 in the order
+Bits 0-7 hold the opcode, bits 8-13 the dependency flags (a wait bit, then a signal bit, for each
+other queue: :meth:`Deps.to_bits`), bits 14-15 are zero, and the instruction's fields follow from bit 16 in the order
 of its definition, each in its own width; unused high bits are zero.  The decoder accepts only
 what the encoder can produce: a known opcode, flags legal for the queue, every field value legal,
 every reserved bit zero, and exactly one END, last.
@@ -13,6 +13,7 @@ from typing import Iterable
 
 from npuc.errors import BinaryFormatError
 from npuc.isa.instr import (
+    DEP_BITS,
     HEADER_BITS,
     INSTR_BYTES,
     Deps,
@@ -28,7 +29,7 @@ from npuc.isa.instr import (
 def encode_instr(ins: Instr) -> bytes:
     """The 32 bytes of one instruction."""
     d = get_def(ins.op)
-    word = d.opcode | ins.deps.to_bits() << 8
+    word = d.opcode | ins.deps.to_bits(d.queue) << 8
     pos = HEADER_BITS
     for f, v in zip(d.fields, ins.args):
         word |= f.to_bits(v) << pos
@@ -49,9 +50,9 @@ def decode_instr(chunk: bytes, index: int = 0) -> Instr:
     where = f"instruction {index} (byte offset {index * INSTR_BYTES})"
     if d is None:
         raise BinaryFormatError(f"{where}: unknown opcode 0x{opcode:02x}")
-    if (word >> 12) & 0xF:
-        raise BinaryFormatError(f"{where}: {d.name} has reserved header bits 12-15 set")
-    deps = Deps.from_bits((word >> 8) & 0xF)
+    if (word >> (8 + DEP_BITS)) & ((1 << (HEADER_BITS - 8 - DEP_BITS)) - 1):
+        raise BinaryFormatError(f"{where}: {d.name} has reserved header bits {8 + DEP_BITS}-{HEADER_BITS - 1} set")
+    deps = Deps.from_bits((word >> 8) & ((1 << DEP_BITS) - 1), d.queue)
     reason = deps.problem(d.queue)
     if reason:
         raise BinaryFormatError(f"{where}: {d.name} dependency flags: {reason}")

@@ -58,11 +58,26 @@ class Mem(enum.IntEnum):
 
 
 class Queue(enum.IntEnum):
-    """The three instruction queues of the decoupled access/execute machine."""
+    """The four instruction queues of the decoupled access/execute machine.
+
+    ``compute`` is the array's queue (and the control instructions'); ``vector`` the vector
+    unit's, so that requantization, epilogues and vector kernels run beside array work.
+    """
 
     load = 0
     compute = 1
     store = 2
+    vector = 3
+
+    @property
+    def executes(self) -> bool:
+        """True for the execute queues (compute, vector): an instruction starts when the one
+        before it has completed, and they complete in order."""
+        return self in (Queue.compute, Queue.vector)
+
+    def others(self) -> tuple["Queue", ...]:
+        """The queues this one exchanges tokens with (every other queue), in order."""
+        return tuple(q for q in Queue if q is not self)
 
 
 class Unit(enum.IntEnum):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from npuc.targets import Target
 
 INSTR_BYTES = 32
-HEADER_BITS = 16  # opcode (8 bits), dependency flags (4 bits), reserved zero (4 bits)
+HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reserved zero (2 bits)
 FIELD_BITS = INSTR_BYTES * 8 - HEADER_BITS
 
 RegionsFn = Callable[[Any], tuple[Region, ...]]
@@ -82,39 +82,47 @@ class InstrDef:
 
 @dataclass(frozen=True)
 class Deps:
-    """Dependency-token flags of an instruction, relative to its queue's neighbours.
+    """Dependency-token flags of an instruction.
 
-    The queues form a chain load -> compute -> store.  ``wait_*`` pops a token sent by the
-    previous/next queue before the instruction starts (it stalls until one is there);
-    ``signal_*`` pushes a token to the previous/next queue when the instruction completes.
+    Every pair of queues has a token channel each way.  ``waits`` are the queues from which the
+    instruction pops a token before it starts (it stalls until one is there); ``signals`` the
+    queues to which it pushes a token when it completes.  An instruction never waits on or
+    signals its own queue.  Encoded relative to the instruction's queue: one wait bit and one
+    signal bit per other queue (:meth:`to_bits`).
     """
 
-    wait_prev: bool = False
-    wait_next: bool = False
-    signal_prev: bool = False
-    signal_next: bool = False
+    waits: frozenset[Queue] = frozenset()
+    signals: frozenset[Queue] = frozenset()
 
-    def to_bits(self) -> int:
-        return self.wait_prev | self.wait_next << 1 | self.signal_prev << 2 | self.signal_next << 3
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waits", frozenset(Queue(q) for q in self.waits))
+        object.__setattr__(self, "signals", frozenset(Queue(q) for q in self.signals))
+
+    def to_bits(self, queue: Queue) -> int:
+        """Bits 0..2: wait on each other queue (in order); bits 3..5: signal each."""
+        others = queue.others()
+        bits = 0
+        for k, q in enumerate(others):
+            bits |= (q in self.waits) << k | (q in self.signals) << (k + len(others))
+        return bits
 
     @staticmethod
-    def from_bits(bits: int) -> "Deps":
-        return Deps(bool(bits & 1), bool(bits & 2), bool(bits & 4), bool(bits & 8))
+    def from_bits(bits: int, queue: Queue) -> "Deps":
+        others = queue.others()
+        waits = {q for k, q in enumerate(others) if bits >> k & 1}
+        signals = {q for k, q in enumerate(others) if bits >> (k + len(others)) & 1}
+        return Deps(frozenset(waits), frozenset(signals))
 
     def problem(self, queue: Queue) -> str | None:
-        if queue is Queue.load and (self.wait_prev or self.signal_prev):
-            return "the load queue has no previous queue to wait on or signal"
-        if queue is Queue.store and (self.wait_next or self.signal_next):
-            return "the store queue has no next queue to wait on or signal"
+        if queue in self.waits or queue in self.signals:
+            return f"an instruction of the {queue.name} queue cannot wait on or signal its own queue"
         return None
 
+    def __bool__(self) -> bool:
+        return bool(self.waits or self.signals)
 
-def prev_queue(q: Queue) -> Queue | None:
-    return None if q is Queue.load else Queue(q - 1)
 
-
-def next_queue(q: Queue) -> Queue | None:
-    return None if q is Queue.store else Queue(q + 1)
+DEP_BITS = 2 * (len(Queue) - 1)
 
 
 _BY_NAME: dict[str, InstrDef] = {}

@@ -126,9 +126,9 @@ def example_npub() -> Npub:
 
 
 RELU_PROGRAM = """
-DMA_LOAD esize=1 dram_addr=0x40 local_addr=0x0 n0=16 signal=compute
+DMA_LOAD esize=1 dram_addr=0x40 local_addr=0x0 n0=16 signal=vector
 VUN op=relu dtype=int8 n0=16 dst=0x100 src=0x0 wait=load signal=store
-DMA_STORE esize=1 dram_addr=0x80 local_addr=0x100 n0=16 wait=compute
+DMA_STORE esize=1 dram_addr=0x80 local_addr=0x100 n0=16 wait=vector
 END
 """
 

@@ -6,9 +6,9 @@ by walking its loop nest (:func:`npuc.schedule.problem.steps`) the way the code 
 it: which input tiles and weight blocks miss their buffers and are loaded (burst-rounded DMA
 cycles), which compute-queue instructions run (weight loads hidden behind the previous MATMUL,
 vector work with its latency, zero borders), and when each output tile is stored.  A small
-three-timeline model (load queue, compute queue, store queue, with buffer reuse as the only
-synchronisation) gives the overlap that double buffering buys; the DRAM port, shared by loads and
-stores, bounds the total from below.
+four-timeline model (load queue, compute queue for the array, vector queue for zero borders and
+epilogues, store queue, with buffer reuse as the only synchronisation) gives the overlap that
+double buffering buys; the DRAM port, shared by loads and stores, bounds the total from below.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Estimate:
     """What the model expects of a tiling: total cycles and where they go."""
 
     cycles: int
-    compute: int  # compute-queue cycles (array + vector + weight loads not hidden)
+    compute: int  # execute-queue cycles (array + vector + weight loads not hidden)
     array: int  # cycles inside MATMULs
     dma: int  # DRAM-port cycles, loads and stores
     dram_bytes: int  # DRAM bytes the port moves (whole bursts)
@@ -250,7 +250,9 @@ class _Walk:
         self.x_sig: dict[int, tuple] = {}
         self.out_free = [0, 0]
         self.out_slot = 0
-        self.t_load = self.t_comp = self.t_store = 0  # when each queue is next free
+        self.acc_free = [0] * t.acc_slots  # when the epilogue last reading each accumulator tile ends
+        self.acc_slot = 0
+        self.t_load = self.t_comp = self.t_vec = self.t_store = 0  # when each queue is next free
         self.port = self.array = self.compute = self.instrs = 0
 
     def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:
@@ -274,6 +276,9 @@ class _Walk:
                 self.x_sig[x_slot] = sig
                 fill = fill_cycles
                 self.instrs += nfill
+                # the zero border, on the vector queue once the buffer's last reader is done
+                self.t_vec = max(self.t_vec, self.xp.free_at[x_slot]) + fill
+                ready = max(ready, self.t_vec)
         w_slot, hit = self.wp.get(s.w_key(p))
         if not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
@@ -281,7 +286,9 @@ class _Walk:
         self.instrs += count if self.t.dataflow == "os" else 2 * count
         self.array += mm
         self.compute += fill + mm
-        self.t_comp = max(self.t_comp, ready) + fill + mm
+        if s.first:  # a new output tile: its accumulator tile must be free of the last epilogue
+            ready = max(ready, self.acc_free[self.acc_slot])
+        self.t_comp = max(self.t_comp, ready) + mm
         self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
         if s.last:
             self._finish(s)
@@ -305,12 +312,14 @@ class _Walk:
                 op_ready = max(op_ready, self._dma(costs.quant(s), self.qp.free_at[slot]))
         epi = costs.epilogue(s)
         self.instrs += 1 + len(self.p.epilogue)
-        self.t_comp = max(self.t_comp, self.out_free[self.out_slot], op_ready) + epi
+        self.t_vec = max(self.t_vec, self.t_comp, self.out_free[self.out_slot], op_ready) + epi
         self.compute += epi
         for pool, slot in used:
-            pool.free_at[slot] = self.t_comp
+            pool.free_at[slot] = self.t_vec
+        self.acc_free[self.acc_slot] = self.t_vec
+        self.acc_slot = (self.acc_slot + 1) % len(self.acc_free)
         busy, lat = costs.store(s)
-        self.t_store = max(self.t_store, self.t_comp) + busy
+        self.t_store = max(self.t_store, self.t_vec) + busy
         self.out_free[self.out_slot] = self.t_store + lat
         self.out_slot ^= 1
         self.port += busy
@@ -324,7 +333,7 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
     for s in steps(p, t):
         w.step(s)
     lat = target.dma.latency_cycles
-    total = max(w.t_comp, w.t_store + lat, w.port + 2 * lat)
+    total = max(w.t_comp, w.t_vec, w.t_store + lat, w.port + 2 * lat)
     fp = footprint(p, t)
     return Estimate(total, w.compute, w.array, w.port, w.port * target.dma.bytes_per_cycle, w.instrs + 1,
                     fp.spad(t), fp.acc)
@@ -345,7 +354,7 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
     else:
         x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
         w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else S * NB * CB
-    comp = 0
+    comp = epi = 0
     store = 0
     oy0, ox0 = ys[len(ys) // 2][0], xs[len(xs) // 2][0]
     for th in {b[1]: None for b in ys}:
@@ -359,13 +368,15 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
                     s = Step(0, oy0, th, ox0, tw, 0, tn, 0, tc, True, True)
                     comp += ny * nx * nn * nc * costs.compute(s)[0]
                 s = Step(0, oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True)
-                comp += ny * nx * nn * costs.epilogue(s)
+                epi += ny * nx * nn * costs.epilogue(s)
                 store += ny * nx * nn * (costs.store(s)[0] + sum(costs.operand(i, o, s)[0] for i, o in enumerate(p.operands) if o is not None and not o.spatial_broadcast))
     s0 = Step(0, oy0, ys[0][1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True)
     x_one = sum(b for b, _ in costs.input(s0)[3])
     w_one = sum(b for b, _ in costs.weights(s0))
     dma = p.batches * store + xb * x_loads * x_one + wb * w_loads * w_one
-    return max(p.batches * comp, dma) + x_one + w_one + 2 * target.dma.latency_cycles
+    # one accumulator tile: the array waits for every epilogue; two: the two queues overlap
+    work = comp + epi if t.acc_slots == 1 else max(comp, epi)
+    return max(p.batches * work, dma) + x_one + w_one + 2 * target.dma.latency_cycles
 
 
 def lower_bound(target: Target, p: ArrayProblem) -> int:

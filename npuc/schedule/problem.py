@@ -181,7 +181,9 @@ class ArrayTiling:
     input layout; ``x_slots``/``w_slots`` the scratchpad buffers for input tiles and weight
     blocks (2: double buffered; more: every block resident, loaded once); ``dataflow`` "ws"
     (LOAD_WEIGHTS + MATMUL per reduction chunk) or "os" (one MATMUL_OS per rows x cols block of
-    the output tile over the whole reduction block: for 1x1 windows, see :func:`can_os`).
+    the output tile over the whole reduction block: for 1x1 windows, see :func:`can_os`);
+    ``acc_slots`` the accumulator tiles (2: the vector queue turns one into the result while the
+    array fills the other; 1: the array waits for the epilogue of every tile).
     """
 
     th: int
@@ -193,12 +195,13 @@ class ArrayTiling:
     x_slots: int = 2
     w_slots: int = 2
     dataflow: str = "ws"
+    acc_slots: int = 1
 
     def __str__(self) -> str:
         extra = " unfold" if self.unfold else ""
         return (
             f"{self.dataflow} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
-            f"x-bufs {self.x_slots} w-bufs {self.w_slots}"
+            f"x-bufs {self.x_slots} w-bufs {self.w_slots} acc-bufs {self.acc_slots}"
         )
 
 
@@ -344,14 +347,16 @@ def _align(n: int, a: int = 64) -> int:
 
 @dataclass(frozen=True)
 class Footprint:
-    """Scratchpad bytes of each buffer kind (per slot) and the accumulator bytes of a tiling."""
+    """Scratchpad bytes of each buffer kind (per slot) and the accumulator bytes of a tiling
+    (``acc``: every accumulator tile, ``acc_slot``: one)."""
 
     x_slot: int
     w_slot: int
     out_slot: int
     operand_slots: tuple[int, ...]
     acc: int
-    quant_slot: int = 0  # int8: the bias and REQUANT records of one channel block
+    quant_slot: int = 0
+    acc_slot: int = 0  # int8: the bias and REQUANT records of one channel block
 
     def spad(self, t: ArrayTiling) -> int:
         return (
@@ -375,4 +380,5 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place
     quant = _align(t.tn * 4) + _align(t.tn * 8) if p.quant is not None else 0
-    return Footprint(x_slot, w_slot, out_slot, ops, m * t.tn * 4, quant)
+    acc_slot = _align(m * t.tn * 4)
+    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot)

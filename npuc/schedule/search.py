@@ -17,7 +17,7 @@ from npuc.schedule.cost import Estimate, estimate, quick_estimate
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_os, can_unfold, footprint
 from npuc.targets import Target
 
-MAX_CANDIDATES = 300
+MAX_CANDIDATES = 600
 WALKED = 6
 
 
@@ -54,9 +54,9 @@ def _halvings(total: int, limit: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
-def _shapes(target: Target, p: ArrayProblem, tn: int) -> list[tuple[int, int]]:
-    """(th, tw) output tiles whose accumulator tile fits for ``tn`` channels."""
-    m_cap = target.accumulator.size_bytes // (tn * 4)
+def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1) -> list[tuple[int, int]]:
+    """(th, tw) output tiles of which ``acc_slots`` accumulator tiles fit for ``tn`` channels."""
+    m_cap = target.accumulator.size_bytes // (acc_slots * tn * 4 + 64 * (acc_slots - 1))
     if m_cap < 1:
         return []
     tws = [p.x.out] if p.x.out <= m_cap else _halvings(p.x.out, m_cap)[:2]
@@ -91,12 +91,13 @@ def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
     out: list[ArrayTiling] = []
     for tc in _reduction_blocks(target, p):
         for tn in reversed(_widths(target, p)):
-            for th, tw in _shapes(target, p, tn):
-                for unfold in unfolds:
-                    orders = ["m_outer"] if tn >= p.n else ["m_outer", "n_outer"]
-                    for order in orders:
-                        for flow in flows:
-                            out.append(ArrayTiling(th, tw, tn, tc, order, unfold, dataflow=flow))
+            for acc_slots in (2, 1):
+                for th, tw in _shapes(target, p, tn, acc_slots):
+                    for unfold in unfolds:
+                        orders = ["m_outer"] if tn >= p.n else ["m_outer", "n_outer"]
+                        for order in orders:
+                            for flow in flows:
+                                out.append(ArrayTiling(th, tw, tn, tc, order, unfold, dataflow=flow, acc_slots=acc_slots))
     return out[:MAX_CANDIDATES]
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from npuc.isa.enums import Queue
+
 from npuc.errors import AsmError
 from npuc.isa import Deps, DType, Space, assemble, disassemble
 
@@ -20,10 +22,10 @@ def test_defaults_comments_and_deps():
     load, mm, end = p
     assert load.args.local is Space.acc and load.args.dram_s0 == 4 and load.args.dram_s1 == 32
     assert load.args.dram_s2 == 96 and load.args.local_s1 == 32 and load.args.n2 == 1
-    assert load.deps == Deps(signal_next=True)
+    assert load.deps == Deps(signals={Queue.compute})
     assert mm.args.dtype is DType.int8 and mm.args.acc == 0
     assert (mm.args.in_s0, mm.args.in_s1, mm.args.out_s0, mm.args.out_s1) == (4, 8, 32, 64)
-    assert mm.deps == Deps(wait_prev=True, signal_prev=True, signal_next=True)
+    assert mm.deps == Deps(waits={Queue.load}, signals={Queue.load, Queue.store})
     text = disassemble(p)
     assert "wait=load signal=load,store" in text
     assert assemble(text) == p
@@ -42,7 +44,7 @@ def test_defaults_comments_and_deps():
         ("VFILL dtype=int8 n0 dst=0 value=1\nEND", r"line 1: expected field=value, got 'n0'"),
         ("DMA_LOAD esize=3 dram_addr=0 local_addr=0 n0=1\nEND", r"line 1: DMA_LOAD field 'esize' must be 1, 2 or 4"),
         ("DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1 local=acc\nEND", r"line 1: DMA_LOAD: transfers to or from ACC move 32-bit words"),
-        ("DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1 wait=store\nEND", r"line 1: DMA_LOAD runs on the load queue, which exchanges tokens only with compute, not store"),
+        ("DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1 wait=load\nEND", r"line 1: DMA_LOAD runs on the load queue: an instruction of the load queue cannot wait on or signal its own queue"),
         ("NOP wait=dram\nEND", r"line 1: 'dram' is not a queue"),
         ("DMA_LOAD esize=1 dram_addr=0x100000000 local_addr=0 n0=1\nEND", r"'dram_addr' must be in \[0, 4294967295\]"),
         ("VUN op=exp dtype=int8 n0=1 dst=0 src=0\nEND", r"line 1: VUN: op exp needs a floating-point dtype"),
@@ -70,6 +72,6 @@ def test_float_immediates_round_trip_exactly():
 def test_make_builds_the_same_instruction_as_text():
     from npuc.isa import Instr, UnOp
 
-    made = Instr.make("VUN", deps=Deps(wait_prev=True), op="relu", dtype="int8", n0=64, dst=0, src=0x100)
+    made = Instr.make("VUN", deps=Deps(waits={Queue.load}), op="relu", dtype="int8", n0=64, dst=0, src=0x100)
     (parsed, _) = assemble("VUN op=relu dtype=int8 n0=64 dst=0 src=0x100 wait=load\nEND")
     assert made == parsed and made.args.op is UnOp.relu

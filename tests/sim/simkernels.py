@@ -61,33 +61,57 @@ def tiled_matmul(x: np.ndarray, w: np.ndarray, rows: int, cols: int, dtype: str 
 def double_buffered_stream(
     tiles: int, tile_bytes: int, body: str, *, double: bool = True, out_bytes: int | None = None
 ) -> str:
-    """Stream ``tiles`` input tiles through ``body`` (compute lines using {IN} and {OUT} for the
-    buffers of this tile), with two buffers per side when ``double`` (else one).
+    """Stream ``tiles`` input tiles through ``body`` (compute or vector lines using {IN} and
+    {OUT} for the buffers of this tile), with two buffers per side when ``double`` (else one).
 
-    Load queue: load tile i into in-buffer i % B, signal compute; before reusing a buffer it
-    waits for compute to free it.  Compute: wait for the tile (and for the store that freed the
-    out-buffer), run the body, signal load (in-buffer free) and store (out-buffer ready).
-    Store: wait, store, signal compute (out-buffer free).
+    Load queue: load tile i into in-buffer i % B, signal the queue of the body's first
+    instruction; before reusing a buffer it waits for the body's last instruction to free it.
+    The body: wait for the tile (and for the store that freed the out-buffer), run, signal load
+    (in-buffer free) and store (out-buffer ready).  Store: wait, store, signal the body (out-buffer
+    free).  Where the body moves between the compute and vector queues, a token orders the two
+    (and the last instruction of one tile before the first of the next, which rewrites the same
+    accumulators).
     """
+    from npuc.isa.instr import get_def
+
     out_bytes = out_bytes or tile_bytes
     nbuf = 2 if double else 1
     in_base, out_base = 0, 2 * tile_bytes
+    template = body.strip().splitlines()
+    queues = [get_def(line.split()[0].upper()).queue.name for line in template]
+    first, last = queues[0], queues[-1]
     lines = []
     for i in range(tiles):
         b = i % nbuf
         in_buf, out_buf = in_base + b * tile_bytes, out_base + b * out_bytes
-        wait_load = " wait=compute" if i >= nbuf else ""
+        wait_load = f" wait={last}" if i >= nbuf else ""
         lines.append(
-            f"DMA_LOAD esize=1 dram_addr={i * tile_bytes} local_addr={in_buf} n0={tile_bytes} signal=compute{wait_load}"
+            f"DMA_LOAD esize=1 dram_addr={i * tile_bytes} local_addr={in_buf} n0={tile_bytes} signal={first}{wait_load}"
         )
-        body_lines = body.format(IN=in_buf, OUT=out_buf).strip().splitlines()
-        waits = "load,store" if i >= nbuf else "load"
-        body_lines[0] += f" wait={waits}"
-        body_lines[-1] += " signal=load,store"
-        lines += body_lines
+        waits = [[] for _ in template]
+        signals = [[] for _ in template]
+        waits[0].append("load")
+        if i >= nbuf:
+            waits[0].append("store")
+        if i > 0 and last != first:
+            waits[0].append(last)
+        for j in range(1, len(template)):
+            if queues[j] != queues[j - 1]:
+                signals[j - 1].append(queues[j])
+                waits[j].append(queues[j - 1])
+        signals[-1] += ["load", "store"]
+        if i + 1 < tiles and last != first:
+            signals[-1].append(first)
+        for j, line in enumerate(template):
+            text = line.format(IN=in_buf, OUT=out_buf)
+            if waits[j]:
+                text += f" wait={','.join(waits[j])}"
+            if signals[j]:
+                text += f" signal={','.join(signals[j])}"
+            lines.append(text)
         lines.append(
             f"DMA_STORE esize=1 dram_addr={tiles * tile_bytes + i * out_bytes} local_addr={out_buf} "
-            f"n0={out_bytes} wait=compute signal=compute"
+            f"n0={out_bytes} wait={last} signal={first}"
         )
     lines.append("END")
     return "\n".join(lines) + "\n"

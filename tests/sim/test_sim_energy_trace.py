@@ -17,9 +17,9 @@ MID = load_target("npu-mid")
 
 def test_energy_of_a_small_program_by_hand():
     text = """
-    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=100 signal=compute
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=100 signal=vector
     VUN op=relu dtype=int8 n0=100 dst=0x100 src=0 wait=load signal=store
-    DMA_STORE esize=1 dram_addr=128 local_addr=0x100 n0=100 wait=compute
+    DMA_STORE esize=1 dram_addr=128 local_addr=0x100 n0=100 wait=vector
     END
     """
     r = simulate(assemble(text), MID)
@@ -66,7 +66,7 @@ def test_perfetto_trace(tmp_path):
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == 5
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"load queue (DMA)", "store queue (DMA)", "compute: array", "compute: vector unit"} <= names
+    assert {"load queue (DMA)", "store queue (DMA)", "compute: array", "vector queue: vector unit"} <= names
     by_index = {e["args"]["index"]: e for e in slices}
     assert by_index[2]["name"] == "conv1" and by_index[1]["name"] == "LOAD_WEIGHTS"
     assert by_index[2]["tid"] != by_index[0]["tid"] != by_index[3]["tid"]

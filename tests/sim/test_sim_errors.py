@@ -51,7 +51,7 @@ def test_target_constraints(text, match):
 
 def test_deadlock_is_detected_and_named():
     text = """
-    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16 wait=compute
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16 wait=vector
     VUN op=relu dtype=int8 n0=16 dst=0x100 src=0 wait=load signal=load
     END
     """
@@ -59,8 +59,8 @@ def test_deadlock_is_detected_and_named():
         simulate(assemble(text), MID)
     msg = str(info.value)
     assert "deadlock" in msg
-    assert "the load queue stalls at instruction 0 `DMA_LOAD" in msg and "compute->load" in msg
-    assert "the compute queue stalls at instruction 1 `VUN" in msg and "load->compute" in msg
+    assert "the load queue stalls at instruction 0 `DMA_LOAD" in msg and "vector->load" in msg
+    assert "the vector queue stalls at instruction 1 `VUN" in msg and "load->vector" in msg
 
 
 def test_waiting_on_a_finished_queue_is_a_deadlock():
@@ -88,12 +88,12 @@ def test_incomplete_program():
     [
         (
             "DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024\nVUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0\nEND",
-            r"race on SPAD bytes 0x0..0x3ff: instruction 1 `VUN .*` \(compute queue\) reads them while instruction 0 `DMA_LOAD .*` \(load queue\) writes them",
+            r"race on SPAD bytes 0x0..0x3ff: instruction 1 `VUN .*` \(vector queue\) reads them while instruction 0 `DMA_LOAD .*` \(load queue\) writes them",
         ),
         (
-            "VFILL dtype=int8 n0=512 dst=0 value=1 signal=store\nDMA_STORE esize=1 dram_addr=0 local_addr=0 n0=512 wait=compute\n"
+            "VFILL dtype=int8 n0=512 dst=0 value=1 signal=store\nDMA_STORE esize=1 dram_addr=0 local_addr=0 n0=512 wait=vector\n"
             "VFILL dtype=int8 n0=16 dst=0x100 value=2\nEND",
-            r"race on SPAD bytes 0x100..0x10f: instruction 2 `VFILL .*` \(compute queue\) writes them while instruction 1 `DMA_STORE",
+            r"race on SPAD bytes 0x100..0x10f: instruction 2 `VFILL .*` \(vector queue\) writes them while instruction 1 `DMA_STORE",
         ),
     ],
 )

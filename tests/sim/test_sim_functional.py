@@ -63,10 +63,11 @@ def conv_program(h, w, c, oc, kh, kw, stride):
             f"MATMUL acc=1 k={c} n={oc} in_addr={xs + (dy * w + dx) * c} m0={ow} m1={oh} "
             f"in_s0={stride * c} in_s1={stride * w * c} out_addr=0"
         )
+    lines[-1] += " signal=vector"
     lines.append(
-        f"REQUANT n0={oc} n1={oh * ow} src_space=acc src=0 src_s0=4 dst={outs} per_channel=1 qparams={qs} zp=-5 qmin=-5 signal=store"
+        f"REQUANT n0={oc} n1={oh * ow} src_space=acc src=0 src_s0=4 dst={outs} per_channel=1 qparams={qs} zp=-5 qmin=-5 wait=compute signal=store"
     )
-    lines.append(f"DMA_STORE esize=1 dram_addr={OUT} local_addr={outs} n0={oh * ow * oc} wait=compute")
+    lines.append(f"DMA_STORE esize=1 dram_addr={OUT} local_addr={outs} n0={oh * ow * oc} wait=vector")
     lines.append("END")
     return "\n".join(lines), (X, W, B, Q, OUT), (oh, ow)
 
@@ -106,10 +107,10 @@ def test_requant_per_tensor_and_per_channel_extremes():
     put(image, 64, q)
     text = """
     DMA_LOAD esize=4 dram_addr=0 local_addr=0 n0=8
-    DMA_LOAD esize=4 dram_addr=64 local_addr=0x100 n0=8 signal=compute
+    DMA_LOAD esize=4 dram_addr=64 local_addr=0x100 n0=8 signal=vector
     REQUANT n0=4 n1=2 src=0 src_s0=4 dst=0x200 per_channel=1 qparams=0x100 wait=load
     REQUANT n0=4 n1=2 src=0 src_s0=4 dst=0x208 per_channel=0 qparams=0x100 zp=3 signal=store
-    DMA_STORE esize=1 dram_addr=128 local_addr=0x200 n0=16 wait=compute
+    DMA_STORE esize=1 dram_addr=128 local_addr=0x200 n0=16 wait=vector
     END
     """
     r = simulate(assemble(text), MID, image)
@@ -125,10 +126,10 @@ def test_pooling_windows():
     image = np.zeros(8192, np.uint8)
     put(image, 0, x)
     text = """
-    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=compute
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=vector
     VPOOL op=max dtype=int8 out_dtype=int8 c=16 ow=4 oh=4 kh=2 kw=2 sy=2 sx=2 src=0 src_sy=128 dst=0x1000 wait=load
     VPOOL op=sum dtype=int8 out_dtype=int32 c=16 ow=6 oh=6 kh=3 kw=3 sy=1 sx=1 src=0 src_sy=128 dst=0x2000 signal=store
-    DMA_STORE esize=1 dram_addr=1024 local_addr=0x1000 n0=256 wait=compute
+    DMA_STORE esize=1 dram_addr=1024 local_addr=0x1000 n0=256 wait=vector
     DMA_STORE esize=4 dram_addr=2048 local_addr=0x2000 n0=576
     END
     """
@@ -150,11 +151,11 @@ def test_lut_and_elementwise_broadcast():
     put(image, 128, table)
     put(image, 384, ch)
     text = """
-    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=416 signal=compute
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=416 signal=vector
     LUT n0=32 n1=4 dst=0x200 src=0 table=128 wait=load
     VBIN op=add dtype=int8 n0=32 n1=4 dst=0x300 a=0x200 b=384 b_s1=0
     VBIN op=mul dtype=int8 n0=32 n1=4 dst=0x400 a=0 b=0 b_s0=0 b_s1=32 signal=store
-    DMA_STORE esize=1 dram_addr=512 local_addr=0x300 n0=128 wait=compute
+    DMA_STORE esize=1 dram_addr=512 local_addr=0x300 n0=128 wait=vector
     DMA_STORE esize=1 dram_addr=640 local_addr=0x400 n0=128
     END
     """
@@ -173,7 +174,7 @@ def test_fp16_softmax_and_layernorm_are_expressible():
     # softmax: row max, subtract (per-row broadcast), exp, row sum in fp32, reciprocal, to fp16, multiply.
     # layernorm: mean, subtract, square, mean, + eps, rsqrt, multiply.
     text = f"""
-    DMA_LOAD esize=2 dram_addr=0 local_addr=0 n0={rows * n} signal=compute
+    DMA_LOAD esize=2 dram_addr=0 local_addr=0 n0={rows * n} signal=vector
     VREDUCE op=max dtype=fp16 out_dtype=fp16 n0={n} n1={rows} dst=0x400 src=0 wait=load
     VBIN op=sub dtype=fp16 n0={n} n1={rows} dst=0x800 a=0 b=0x400 b_s0=0 b_s1=2
     VUN op=exp dtype=fp16 n0={n} n1={rows} dst=0x800 src=0x800
@@ -192,7 +193,7 @@ def test_fp16_softmax_and_layernorm_are_expressible():
     VUN op=rsqrt dtype=fp32 n0={rows} dst=0x4a0 src=0x4a0
     VCVT src_dtype=fp32 dst_dtype=fp16 n0={rows} dst=0x4c0 src=0x4a0
     VBIN op=mul dtype=fp16 n0={n} n1={rows} dst=0xc00 a=0xc00 b=0x4c0 b_s0=0 b_s1=2 signal=store
-    DMA_STORE esize=2 dram_addr=1024 local_addr=0x800 n0={rows * n} wait=compute
+    DMA_STORE esize=2 dram_addr=1024 local_addr=0x800 n0={rows * n} wait=vector
     DMA_STORE esize=2 dram_addr=2048 local_addr=0xc00 n0={rows * n}
     END
     """
@@ -229,7 +230,7 @@ def test_conversions_and_fill():
     VCVT src_dtype=int32 dst_dtype=int8 n0=4 dst=0x20 src=0
     VCVT src_dtype=int32 dst_dtype=fp16 n0=4 dst=0x30 src=0
     VUN op=muls dtype=int32 n0=4 dst=0x40 src=0 imm0=1e9 signal=store
-    DMA_STORE esize=1 dram_addr=0 local_addr=0 n0=96 wait=compute
+    DMA_STORE esize=1 dram_addr=0 local_addr=0 n0=96 wait=vector
     END
     """
     r = simulate(assemble(text), MID)
@@ -260,7 +261,7 @@ def test_depthwise_conv_by_vector_mac():
     put(image, 0, x)
     put(image, 1024, wt)
     acc = 0x1000
-    lines = [f"DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0={h * w * c}", f"DMA_LOAD esize=1 dram_addr=1024 local_addr=0x800 n0={k * k * c} signal=compute"]
+    lines = [f"DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0={h * w * c}", f"DMA_LOAD esize=1 dram_addr=1024 local_addr=0x800 n0={k * k * c} signal=vector"]
     lines.append(f"VFILL dtype=int32 n0={c} n1={oh * ow} dst={acc} value=0 wait=load")
     for oy in range(oh):
         for dy in range(k):
@@ -270,7 +271,7 @@ def test_depthwise_conv_by_vector_mac():
                     f"VBIN op=mac dtype=int8 n0={c} n1={ow} dst={acc + oy * ow * c * 4} a={a} a_s1={c} b={0x800 + (dy * k + dx) * c} b_s1=0"
                 )
     lines[-1] += " signal=store"
-    lines += [f"DMA_STORE esize=4 dram_addr=0 local_addr={acc} n0={oh * ow * c} wait=compute", "END"]
+    lines += [f"DMA_STORE esize=4 dram_addr=0 local_addr={acc} n0={oh * ow * c} wait=vector", "END"]
     r = simulate(assemble("\n".join(lines)), MID, image)
     want = sum(x[dy : dy + oh, dx : dx + ow].astype(np.int64) * wt[dy, dx] for dy in range(k) for dx in range(k))
     np.testing.assert_array_equal(get(r.dram, 0, np.int32, (oh, ow, c)), want)

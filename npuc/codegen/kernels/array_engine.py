@@ -20,7 +20,9 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    hold the input zero point.
 
 Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
-tile overlaps the compute of this one and the store of this tile overlaps the next compute.
+tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
+two accumulator tiles (``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector
+queue, overlaps the matrix products of the next.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ class ArrayEngine:
         ]
         self.operand_names = operand_names
         self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
-        self.acc = acc.alloc(fp.acc, "accumulator tile")
+        self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
+        self.acc_slot = 0
         self.x_sig: dict[int, tuple] = {}
         self.out_slot = 0
 
@@ -104,6 +107,10 @@ class ArrayEngine:
             self._step(s)
 
     # ------------------------------------------------------------------ one step
+
+    @property
+    def acc(self) -> int:
+        return self.accs[self.acc_slot]
 
     def _step(self, s: Step) -> None:
         xb = self._input(s)
@@ -199,6 +206,7 @@ class ArrayEngine:
         op, f = output_store(p, s)
         self.em.emit(op, **_shifted(f, out.addr, ("local_addr",)))
         self.out_slot ^= 1
+        self.acc_slot = (self.acc_slot + 1) % len(self.accs)
 
     def _requantize(self, s: Step, acc: Tile, out: Tile) -> None:
         """int8: add the folded bias to the int32 accumulators, then REQUANT per channel."""

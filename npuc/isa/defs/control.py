@@ -17,15 +17,15 @@ register(
         opcode=0x01,
         queue=Queue.compute,
         unit=Unit.ctrl,
-        summary="Do nothing; carries dependency tokens between the load and store queues.",
+        summary="Do nothing on the compute queue; a place to wait for or send dependency tokens.",
         fields=(),
         regions=lambda a: (),
         execute=lambda st, a, regions: None,
         timing=lambda a, t, regions: (1, 0),
         actions=_instr_only,
         semantics_doc="No effect on memory. Its `wait`/`signal` flags act as on any compute "
-        "instruction, which lets a program order a store before a later load (store -> compute "
-        "-> load) without other compute work.",
+        "instruction, which lets a program make the compute queue wait for another queue "
+        "without other compute work.",
         timing_doc="1 cycle on the compute queue.",
         energy_doc="One instruction issue.",
     )

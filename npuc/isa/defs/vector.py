@@ -42,7 +42,7 @@ def _vector(name, opcode, summary, fields, regions, execute, lane_ops, semantics
         InstrDef(
             name=name,
             opcode=opcode,
-            queue=Queue.compute,
+            queue=Queue.vector,
             unit=Unit.vector,
             summary=summary,
             fields=tuple(fields),

@@ -1,12 +1,13 @@
-"""The event-driven core: three in-order queues, shared units, dependency tokens.
+"""The event-driven core: four in-order queues, shared units, dependency tokens.
 
-Each step starts, among the three queue heads that are not waiting on an empty token channel,
-the one that can start earliest (ties go to the load, then compute, then store queue).  A head
-can start once
+Each step starts, among the queue heads that are not waiting on an empty token channel, the one
+that can start earliest (ties go to the lower queue number: load, compute, store, vector).  A
+head can start once
 
 * its queue allows it: on the load and store queues when the previous transfer has left the
-  DRAM port (transfers are pipelined); on the compute queue when every earlier compute
-  instruction has completed, except right after an instruction its definition ``may_follow``
+  DRAM port (transfers are pipelined); on an execute queue (compute, vector) when every earlier
+  instruction of that queue has completed, except right after an instruction its definition
+  ``may_follow``
   (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
   ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
@@ -14,8 +15,8 @@ can start once
 * its unit is free (the DRAM port is shared by loads and stores);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
 
-Compute instructions complete in order (an instruction started beside a longer one retires
-after it), so a token from a compute instruction also vouches for every earlier one.
+Instructions of an execute queue complete in order (an instruction started beside a longer
+one retires after it), so a token from one also vouches for every earlier one of its queue.
 
 Start times never decrease from one step to the next, so functional effects applied at start
 see every write their tokens order before them.  When no head can start and some queue is not
@@ -35,7 +36,8 @@ from npuc.isa.enums import Queue, Unit
 from npuc.isa.state import MachineState
 from npuc.runtime.sim.prepare import CHANNELS, Step, describe
 
-_COMPUTE = int(Queue.compute)
+_NQ = len(Queue)
+_EXECUTES = tuple(q.executes for q in Queue)
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,13 @@ def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
 
 
 def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
-    queues: list[list[int]] = [[], [], []]  # program indices per queue
+    queues: list[list[int]] = [[] for _ in range(_NQ)]  # program indices per queue
     for i, s in enumerate(steps):
         queues[s.queue].append(i)
-    head = [0, 0, 0]
-    qfree = [0, 0, 0]  # earliest start allowed by the queue's order
-    last_step, last_start = None, 0  # the compute queue's last instruction and its start
+    head = [0] * _NQ
+    qfree = [0] * _NQ  # earliest start allowed by the queue's order
+    last_step: list[Step | None] = [None] * _NQ  # each execute queue's last instruction
+    last_start = [0] * _NQ  # and its start
     ufree = [0] * len(Unit)
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
@@ -71,12 +74,13 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
     remaining = len(steps)
     while remaining:
         best_t, best_q = -1, -1
-        for q in range(3):
+        for q in range(_NQ):
             if head[q] == len(queues[q]):
                 continue
             s = steps[queues[q][head[q]]]
-            beside = q == _COMPUTE and last_step is not None and last_step.instr.op in s.may_follow
-            t = last_start if beside and not _conflict(last_step, s) else qfree[q]
+            prev = last_step[q]
+            beside = prev is not None and prev.instr.op in s.may_follow
+            t = last_start[q] if beside and not _conflict(prev, s) else qfree[q]
             ready = True
             for c in s.waits:
                 if not chans[c]:
@@ -104,10 +108,10 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         issue_end = start + s.busy
         end = issue_end + s.latency
         ufree[s.unit] = issue_end
-        if best_q == _COMPUTE:
+        if _EXECUTES[best_q]:
             end = max(end, qfree[best_q])  # in-order completion
             qfree[best_q] = end
-            last_step, last_start = s, start
+            last_step[best_q], last_start[best_q] = s, start
         else:
             qfree[best_q] = issue_end
         for c in s.signals:

@@ -18,19 +18,10 @@ from npuc.isa.instr import Deps, Instr, InstrDef, program_problem
 from npuc.isa.region import Region
 from npuc.targets import Target
 
-# Token channels between neighbouring queues, and the channel each flag uses per queue.
-CHANNELS = ("load->compute", "compute->load", "compute->store", "store->compute")
-_L2C, _C2L, _C2S, _S2C = range(4)
-_WAIT = {  # queue -> (channel of wait_prev, channel of wait_next)
-    Queue.load: (None, _C2L),
-    Queue.compute: (_L2C, _S2C),
-    Queue.store: (_C2S, None),
-}
-_SIGNAL = {  # queue -> (channel of signal_prev, channel of signal_next)
-    Queue.load: (None, _L2C),
-    Queue.compute: (_C2L, _C2S),
-    Queue.store: (_S2C, None),
-}
+# One token channel for every ordered pair of queues: CHANNELS[c] names channel c.
+_PAIRS = tuple((src, dst) for src in Queue for dst in Queue if src is not dst)
+CHANNELS = tuple(f"{src.name}->{dst.name}" for src, dst in _PAIRS)
+_CHANNEL = {pair: c for c, pair in enumerate(_PAIRS)}
 
 
 @dataclass(slots=True)
@@ -59,18 +50,22 @@ def describe(index: int, ins: Instr) -> str:
     return f"instruction {index} `{ins}`"
 
 
-def _channels(deps: Deps, q: Queue, table) -> tuple[int, ...]:
-    prev_c, next_c = table[q]
-    on = (deps.wait_prev, deps.wait_next) if table is _WAIT else (deps.signal_prev, deps.signal_next)
-    return tuple(c for c, flag in zip((prev_c, next_c), on) if flag and c is not None)
+def tokens(deps: Deps, q: Queue) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(channels waited on, channels signalled) of an instruction of queue ``q``."""
+    waits = tuple(sorted(_CHANNEL[(src, q)] for src in deps.waits))
+    signals = tuple(sorted(_CHANNEL[(q, dst)] for dst in deps.signals))
+    return waits, signals
 
 
-# (deps, queue) -> (channels waited on, channels signalled), for every legal combination
-_TOKENS = {
-    (Deps.from_bits(bits), q): (_channels(Deps.from_bits(bits), q, _WAIT), _channels(Deps.from_bits(bits), q, _SIGNAL))
-    for bits in range(16)
-    for q in Queue
-}
+_TOKENS: dict[tuple[Deps, Queue], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def _tokens(deps: Deps, q: Queue) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    key = (deps, q)
+    hit = _TOKENS.get(key)
+    if hit is None:
+        hit = _TOKENS[key] = tokens(deps, q)
+    return hit
 
 
 def prepare(instrs: Sequence[Instr], target: Target, dram_size: int | None) -> tuple[list[Step], int]:
@@ -115,7 +110,7 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         int(d.unit),
         busy,
         latency,
-        *_TOKENS[(ins.deps, d.queue)],
+        *_tokens(ins.deps, d.queue),
         tuple(vars(act).values()),
         d.may_follow,
     )

@@ -4,8 +4,9 @@ least one of them writing.
 Hardware gives such a program no defined result (a DMA may land before or after the compute
 that reads its buffer), so the simulator reports it instead of silently choosing an order: the
 fix is a dependency token.  Instructions of the load queue (or of the store queue) complete in
-order, so pairs within one DMA queue are not races; compute instructions that overlap each other
-(a LOAD_WEIGHTS beside a MATMUL, a MATMUL_OS beside the previous one's drain) are checked.
+order, so pairs within one DMA queue are not races; instructions of an execute queue that
+overlap each other (a LOAD_WEIGHTS beside a MATMUL, a MATMUL_OS beside the previous one's drain)
+are checked.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from npuc.isa.enums import Queue
 from npuc.isa.region import Region
 from npuc.runtime.sim.prepare import Step, describe
 
-_COMPUTE = int(Queue.compute)
+_EXECUTES = tuple(q.executes for q in Queue)
 _VERB = {"r": "reads", "w": "writes", "rw": "reads and writes"}
 
 
@@ -64,7 +65,7 @@ def find_race(steps: Sequence[Step], starts: Sequence[int], ends: Sequence[int])
         si = steps[i]
         for j in active:
             sj = steps[j]
-            if si.queue == sj.queue and si.queue != _COMPUTE:
+            if si.queue == sj.queue and not _EXECUTES[si.queue]:
                 continue
             reason = _conflict(i, si, j, sj)
             if reason:

@@ -64,8 +64,8 @@ def simulate(
 
 def _queue_busy(steps, sched) -> list[int]:
     """Per queue, the cycles during which at least one of its instructions was in flight."""
-    busy = [0, 0, 0]
-    reach = [0, 0, 0]  # end of the union of intervals seen so far (starts are in order per queue)
+    busy = [0] * len(Queue)
+    reach = [0] * len(Queue)  # end of the union of intervals seen so far (starts are in order per queue)
     for i, s in enumerate(steps):
         start, end = sched.starts[i], sched.ends[i]
         q = s.queue

@@ -19,7 +19,7 @@ _TRACK_NAMES = {
     "store": "store queue (DMA)",
     "wload": "compute: weight loader",
     "array": "compute: array",
-    "vector": "compute: vector unit",
+    "vector": "vector queue: vector unit",
     "ctrl": "compute: control",
 }
 
