@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.kernel import Plan, get_kernel
+from npuc.codegen.reroll import reroll
 from npuc.errors import CompileError
 from npuc.isa.instr import Program
 from npuc.lower.program import LKernel, NpuSegment
@@ -54,6 +55,8 @@ def compile_segment(seg: NpuSegment, target) -> SegmentCode:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
+    rolled, labels = reroll(program.instrs, labels)
+    program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
     spad = max((p.spad_bytes for p in plans), default=0)

@@ -258,4 +258,6 @@ def program_problem(instrs: tuple[Instr, ...] | list[Instr]) -> str | None:
         return "the program does not end with END"
     if ends[0] != len(instrs) - 1:
         return f"END at instruction {ends[0]} is not the last instruction"
-    return None
+    from npuc.isa.loops import loop_problem
+
+    return loop_problem(instrs)

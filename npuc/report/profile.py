@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from npuc.isa.actions import Actions, energy_breakdown
+from npuc.isa.loops import expand, has_loops
 from npuc.lower.cpu_cost import HOST_POWER_W
 from npuc.runtime.executor import SegmentRun
 
@@ -203,7 +204,10 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
     sim = r.sim
     _, _, _, starts, ends = sim.schedule
     labels = program_labels(npub.debug_map[r.index] if npub.debug_map else (), len(program))
-    all_labels.append(labels)
+    all_labels.append(labels)  # by encoded instruction, as trace events name them
+    if has_loops(program):  # one label per dynamic instruction, from the encoded one it repeats
+        program, origin = expand(list(program))
+        labels = tuple(labels[o] for o in origin)
     cycles = attribute_cycles(starts, ends, labels)
     acts: dict[str, Actions] = {}
     count: dict[str, int] = {}

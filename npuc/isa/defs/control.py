@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from npuc.isa.actions import Actions
 from npuc.isa.enums import Queue, Unit
+from npuc.isa.fields import count, sint, uint
 from npuc.isa.instr import InstrDef, register
+from npuc.isa.loops import BODY_BITS, COUNT_BITS, FIELD_INDEX_BITS, MAX_BODY, SLOTS, STEP_BITS, STRIDE_BITS
 
 
 def _instr_only(a, target, regions) -> Actions:
@@ -48,5 +50,60 @@ register(
         "completion time over all queues.",
         timing_doc="0 cycles.",
         energy_doc="One instruction issue.",
+    )
+)
+
+
+def _loop_fields():
+    out = [
+        count("n", "iterations"),
+        uint("body", BODY_BITS, f"instructions in the body (1..{MAX_BODY}), nested bodies included", lo=1),
+    ]
+    for k in range(SLOTS):
+        out += [
+            uint(f"i{k}", BODY_BITS, f"stride slot {k}: first body instruction it moves (0 = the next one)", default=0),
+            uint(f"d{k}", STEP_BITS, f"stride slot {k}: step between the body instructions it moves", default=1, lo=1),
+            uint(f"r{k}", COUNT_BITS, f"stride slot {k}: how many body instructions it moves", default=1, lo=1),
+            uint(f"f{k}", FIELD_INDEX_BITS, f"stride slot {k}: field number in those instructions", default=0),
+            sint(f"s{k}", STRIDE_BITS, f"stride slot {k}: added to the field per iteration (0: slot unused)", default=0),
+        ]
+    return tuple(out)
+
+
+def _loop_validate(a) -> str | None:
+    for k in range(SLOTS):
+        i, d, r, f, s = (getattr(a, f"{x}{k}") for x in "idrfs")
+        if s == 0 and (i, d, r, f) != (0, 1, 1, 0):
+            return f"stride slot {k} is unused (s{k}=0) but names instructions or a field"
+        if s and i + (r - 1) * d >= a.body:
+            return f"stride slot {k} reaches body instruction {i + (r - 1) * d}, but the body has {a.body}"
+    return None
+
+
+register(
+    InstrDef(
+        name="LOOP",
+        opcode=0x03,
+        queue=Queue.compute,
+        unit=Unit.ctrl,
+        summary="Repeat the next `body` instructions `n` times, adding strides to fields of the body per iteration.",
+        fields=_loop_fields(),
+        regions=lambda a: (),
+        execute=lambda st, a, regions: None,
+        timing=lambda a, t, regions: (0, 0),
+        actions=lambda a, t, regions: Actions(),
+        validate=_loop_validate,
+        semantics_doc="In iteration k (from 0) of n, the body (the next `body` encoded "
+        "instructions, nested LOOPs and their bodies included) runs with k x `s{j}` added to "
+        "field number `f{j}` (in the order the instruction's fields are listed) of body "
+        "instructions `i{j}`, `i{j}+d{j}`, ..., `i{j}+(r{j}-1)*d{j}`, for every slot j whose "
+        "stride `s{j}` is not 0. An outer LOOP may "
+        "stride a field of an instruction inside an inner body: the inner LOOP then strides "
+        "from the moved value. Only integer fields take strides, never a LOOP's own; every "
+        "value reached must be legal for its field. Dependency flags of the body repeat in "
+        "every iteration; a LOOP has none itself. A body may not contain END.",
+        timing_doc="None: the instruction fetch unit expands the LOOP; each dynamic instruction "
+        "is then timed as written.",
+        energy_doc="None of its own; each dynamic instruction counts its own issue.",
     )
 )

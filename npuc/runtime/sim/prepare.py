@@ -14,7 +14,8 @@ from typing import Sequence
 from npuc.errors import SimulationError
 from npuc.isa.actions import Actions
 from npuc.isa.enums import Mem, Queue
-from npuc.isa.instr import Deps, Instr, InstrDef, program_problem
+from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, program_problem
+from npuc.isa.loops import expand, has_loops
 from npuc.isa.region import Region
 from npuc.targets import Target
 
@@ -68,13 +69,23 @@ def _tokens(deps: Deps, q: Queue) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return hit
 
 
-def prepare(instrs: Sequence[Instr], target: Target, dram_size: int | None) -> tuple[list[Step], int]:
-    """The Step of every instruction, in program order, after checking ``instrs`` against
-    ``target`` and a DRAM of ``dram_size`` bytes (None: as large as the program's DMAs reach);
-    SimulationError names the first bad instruction.  Returns the steps and the DRAM size."""
+def prepare(
+    instrs: Sequence[Instr], target: Target, dram_size: int | None
+) -> tuple[list[Step], int, tuple[int, ...] | None]:
+    """The Step of every dynamic instruction (LOOPs expanded), in program order, after checking
+    ``instrs`` against ``target`` and a DRAM of ``dram_size`` bytes (None: as large as the
+    program's DMAs reach); SimulationError names the first bad instruction.  Returns the steps,
+    the DRAM size and the encoded index of each step (None: no LOOP, the identity)."""
     reason = program_problem(list(instrs))
     if reason:
         raise SimulationError(f"not a complete program: {reason}")
+    origin = None
+    if has_loops(instrs):
+        try:
+            instrs, expanded_from = expand(instrs)
+        except FieldError as e:
+            raise SimulationError(str(e)) from None
+        origin = tuple(expanded_from)
     sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
     cache: dict[Instr, Step] = {}
     steps = []
@@ -82,12 +93,12 @@ def prepare(instrs: Sequence[Instr], target: Target, dram_size: int | None) -> t
     for index, ins in enumerate(instrs):
         step = cache.get(ins)
         if step is None:
-            step = cache[ins] = _step(index, ins, target, sizes)
+            step = cache[ins] = _step(index if origin is None else origin[index], ins, target, sizes)
             for r in step.regions:
                 if r.mem is Mem.dram and r.end > dram_top:
                     dram_top = r.end
         steps.append(step)
-    return steps, dram_size if dram_size is not None else dram_top
+    return steps, dram_size if dram_size is not None else dram_top, origin
 
 
 def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step:

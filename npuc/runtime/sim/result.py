@@ -11,7 +11,9 @@ from npuc.isa.enums import Queue, Unit
 
 
 class TraceEvent(NamedTuple):
-    """One instruction's run: program index, mnemonic, queue and unit names, start and end cycle."""
+    """One dynamic instruction's run: the index of the encoded instruction it comes from (a
+    LOOP body's instructions run once per iteration), mnemonic, queue and unit names, start and
+    end cycle."""
 
     index: int
     op: str
@@ -27,7 +29,9 @@ class SimResult:
 
     ``unit_busy`` counts the cycles each unit was occupied (``dma``, ``wload``, ``array``,
     ``vector``, ``ctrl``); ``queue_busy`` the cycles during which each queue (``load``, ``compute``,
-    ``store``) had an instruction in flight.  ``energy_breakdown_pj`` has one entry per action kind plus
+    ``store``, ``vector``) had an instruction in flight.  ``instructions`` counts dynamic
+    instructions (LOOPs expanded); ``origin`` gives, per dynamic instruction, the index of the
+    encoded instruction it comes from (None: the identity, a program without LOOPs).  ``energy_breakdown_pj`` has one entry per action kind plus
     ``static``.  ``dram``, ``spad`` and ``acc`` are the final memory contents (functional tier
     only, else None).
     """
@@ -41,8 +45,9 @@ class SimResult:
     actions: Actions
     energy_breakdown_pj: dict[str, float]
     peak_macs_per_cycle: int
-    schedule: tuple  # (ops, queues, units, starts, ends), per instruction in program order
+    schedule: tuple  # (ops, queues, units, starts, ends), per dynamic instruction in program order
     leftover_tokens: dict[str, int]
+    origin: tuple[int, ...] | None = None
     dram: bytes | None = None
     spad: bytes | None = None
     acc: bytes | None = None
@@ -52,8 +57,9 @@ class SimResult:
         """When each instruction ran, in program order."""
         ops, queues, units, starts, ends = self.schedule
         qn, un = [q.name for q in Queue], [u.name for u in Unit]
+        origin = self.origin or range(len(ops))
         return tuple(
-            TraceEvent(i, op, qn[q], un[u], s, e) for i, (op, q, u, s, e) in enumerate(zip(ops, queues, units, starts, ends))
+            TraceEvent(i, op, qn[q], un[u], s, e) for i, op, q, u, s, e in zip(origin, ops, queues, units, starts, ends)
         )
 
     @property

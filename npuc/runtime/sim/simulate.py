@@ -44,7 +44,7 @@ def simulate(
         raise SimulationError(
             f"a DRAM of {size} bytes exceeds target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
         )
-    steps, size = prepare(instrs, target, size)
+    steps, size, origin = prepare(instrs, target, size)
     if size > target.dram.size_bytes:
         raise SimulationError(
             f"the program's DMAs reach byte {size - 1}, beyond target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
@@ -59,7 +59,7 @@ def simulate(
         race = find_race(steps, sched.starts, sched.ends)
         if race:
             raise SimulationError(race)
-    return _result(steps, sched, target, state)
+    return _result(steps, sched, target, state, origin)
 
 
 def _queue_busy(steps, sched) -> list[int]:
@@ -74,7 +74,7 @@ def _queue_busy(steps, sched) -> list[int]:
     return busy
 
 
-def _result(steps, sched, target: Target, state: MachineState | None) -> SimResult:
+def _result(steps, sched, target: Target, state: MachineState | None, origin=None) -> SimResult:
     unit_busy = [0] * len(Unit)
     for s in steps:
         unit_busy[s.unit] += s.busy
@@ -96,6 +96,7 @@ def _result(steps, sched, target: Target, state: MachineState | None) -> SimResu
         peak_macs_per_cycle=target.peak_macs_per_cycle,
         schedule=(tuple(s.instr.op for s in steps), tuple(s.queue for s in steps), tuple(s.unit for s in steps), sched.starts, sched.ends),
         leftover_tokens={name: n for name, n in zip(CHANNELS, sched.leftover_tokens)},
+        origin=origin,
         dram=None if state is None else state.dram.tobytes(),
         spad=None if state is None else state.spad.tobytes(),
         acc=None if state is None else state.acc.tobytes(),

@@ -1,0 +1,193 @@
+"""``LOOP``: a body of instructions repeated with address strides, and its expansion.
+
+``LOOP n=N body=B i0=J d0=D r0=R f0=F s0=S ...`` repeats the next ``B`` instructions ``N``
+times.  In iteration ``k`` (from 0) field number ``F`` (in definition order) of body
+instructions ``J, J+D, ..., J+(R-1)*D`` (0 = the instruction right after the LOOP) has ``k * S``
+added to its encoded value, for each of the :data:`SLOTS` stride slots whose stride is not 0
+(one slot moves, say, the address of every weight load of the body).  Bodies nest: a LOOP inside a body is part
+of it (``B`` counts every encoded instruction of the body, nested bodies included), and an outer
+stride may move a field of an instruction of an inner body, so that a whole layer is a few
+instructions.  Dependency flags of body instructions repeat in every iteration; LOOP itself has
+none, and costs nothing at run time: the instruction fetch unit expands it (:func:`expand`).
+
+The simulator runs the expanded program, so the race detector, the timing and the energy see
+every dynamic instruction; ``origin[i]`` names the encoded instruction each came from.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from npuc.isa.instr import FieldError, Instr
+
+SLOTS = 5
+STRIDE_BITS = 22
+BODY_BITS = 7
+STEP_BITS = 3
+COUNT_BITS = 5
+FIELD_INDEX_BITS = 5
+MAX_STRIDE = (1 << (STRIDE_BITS - 1)) - 1
+MAX_BODY = (1 << BODY_BITS) - 1
+MAX_STEP = (1 << STEP_BITS) - 1
+MAX_COUNT = (1 << COUNT_BITS) - 1
+
+
+Slot = tuple[int, int, int, int, int]  # (first body offset, step, count, field index, stride)
+
+
+def slots(ins: Instr) -> tuple[Slot, ...]:
+    """The used stride slots of a LOOP."""
+    a = ins.args
+    out = []
+    for k in range(SLOTS):
+        s = getattr(a, f"s{k}")
+        if s:
+            out.append((getattr(a, f"i{k}"), getattr(a, f"d{k}"), getattr(a, f"r{k}"), getattr(a, f"f{k}"), s))
+    return tuple(out)
+
+
+def strides(ins: Instr) -> tuple[tuple[int, int, int], ...]:
+    """The (body offset, field index, stride) of every strided field of a LOOP's body."""
+    return tuple((j + m * d, f, s) for j, d, r, f, s in slots(ins) for m in range(r))
+
+
+def strided_field_problem(ins: Instr, index: int) -> str | None:
+    """Why field ``index`` of ``ins`` cannot carry a loop stride, or None."""
+    if ins.op == "LOOP":
+        return "a LOOP's own fields cannot be strided"
+    fields = ins.defn.fields
+    if index >= len(fields):
+        return f"{ins.op} has no field number {index} (it has {len(fields)})"
+    f = fields[index]
+    if f.kind not in ("uint", "sint"):
+        return f"field '{f.name}' of {ins.op} is not an integer field"
+    return None
+
+
+def loop_problem(instrs: Sequence[Instr]) -> str | None:
+    """Why the LOOPs of a program are malformed (a body past its enclosing body or into END,
+    a stride on a field that cannot take one, dependency flags on a LOOP), or None."""
+    ends: list[int] = []  # end (exclusive) of each enclosing body
+    for i, ins in enumerate(instrs):
+        while ends and i >= ends[-1]:
+            ends.pop()
+        if ins.op != "LOOP":
+            if ins.op == "END" and ends:
+                return f"END at instruction {i} is inside the body of a LOOP"
+            continue
+        if ins.deps:
+            return f"LOOP at instruction {i} has dependency flags (only the instructions of its body may)"
+        end = i + 1 + ins.args.body
+        limit = ends[-1] if ends else len(instrs) - 1
+        if end > limit:
+            return f"the body of the LOOP at instruction {i} ({ins.args.body} instructions) runs past " + (
+                "the body of the LOOP around it" if ends else "the last instruction before END")
+        for j, f, _ in strides(ins):
+            if j >= ins.args.body:
+                return f"LOOP at instruction {i}: stride on body instruction {j}, but the body has {ins.args.body}"
+            reason = strided_field_problem(instrs[i + 1 + j], f)
+            if reason:
+                return f"LOOP at instruction {i}: {reason}"
+        ends.append(end)
+    return None
+
+
+def expand(instrs: Sequence[Instr]) -> tuple[list[Instr], list[int]]:
+    """The dynamic instruction stream of a program with LOOPs, and the encoded index each comes
+    from.  Raises FieldError when a strided field leaves its range in some iteration."""
+    out: list[Instr] = []
+    origin: list[int] = []
+    _expand(instrs, 0, len(instrs), {}, out, origin)
+    return out, origin
+
+
+def has_loops(instrs: Sequence[Instr]) -> bool:
+    return any(i.op == "LOOP" for i in instrs)
+
+
+def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: list, origin: list) -> None:
+    i = lo
+    while i < hi:
+        ins = instrs[i]
+        if ins.op != "LOOP":
+            d = delta.get(i)
+            out.append(_moved(ins, d, i) if d else ins)
+            origin.append(i)
+            i += 1
+            continue
+        body_lo, body_hi = i + 1, i + 1 + ins.args.body
+        moved = strides(ins)
+        for k in range(ins.args.n):
+            if k == 0 or not moved:
+                inner = delta
+            else:
+                inner = {j: dict(v) for j, v in delta.items() if body_lo <= j < body_hi}
+                for j, f, s in moved:
+                    fields = inner.setdefault(body_lo + j, {})
+                    fields[f] = fields.get(f, 0) + k * s
+            _expand(instrs, body_lo, body_hi, inner, out, origin)
+        i = body_hi
+
+
+def _moved(ins: Instr, delta: dict[int, int], index: int) -> Instr:
+    d = ins.defn
+    changes = {}
+    for f_index, add in delta.items():
+        if add:
+            f = d.fields[f_index]
+            v = ins.args[f_index] + add
+            reason = f.problem(v)
+            if reason:
+                raise FieldError(f"instruction {index} `{ins}` in a LOOP: field '{f.name}' {reason}")
+            changes[f.name] = v
+    if not changes:
+        return ins
+    args = ins.args._replace(**changes)
+    reason = d.validate(args)
+    if reason:
+        raise FieldError(f"instruction {index} `{ins}` in a LOOP: {reason}")
+    return Instr(ins.op, args, ins.deps)
+
+
+def loop_instr(n: int, body: int, used: Sequence[Slot]) -> Instr:
+    """A LOOP instruction repeating ``body`` instructions ``n`` times with the ``used`` slots."""
+    if len(used) > SLOTS:
+        raise FieldError(f"a LOOP has {SLOTS} stride slots, {len(used)} asked")
+    fields = {"n": n, "body": body}
+    for k, (j, d, r, f, s) in enumerate(used):
+        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s})
+    return Instr.make("LOOP", **fields)
+
+
+def group(moves: Sequence[tuple[int, int, int]]) -> tuple[Slot, ...] | None:
+    """Slots for (body offset, field index, stride) moves: moves of the same field by the same
+    stride at evenly spaced offsets share a slot.  None when more than :data:`SLOTS` are needed."""
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for j, f, s in moves:
+        if not -MAX_STRIDE - 1 <= s <= MAX_STRIDE:
+            return None
+        by_key.setdefault((f, s), []).append(j)
+    out: list[Slot] = []
+    for (f, s), js in sorted(by_key.items(), key=lambda kv: (min(kv[1]), kv[0])):
+        js.sort()
+        i = 0
+        while i < len(js):
+            if i + 1 == len(js):
+                out.append((js[i], 1, 1, f, s))
+                break
+            d = js[i + 1] - js[i]
+            if d > MAX_STEP:
+                out.append((js[i], 1, 1, f, s))
+                i += 1
+                continue
+            r = 2
+            while i + r < len(js) and js[i + r] - js[i + r - 1] == d and r < MAX_COUNT:
+                r += 1
+            out.append((js[i], d, r, f, s))
+            i += r
+        if len(out) > SLOTS:
+            return None
+    return tuple(sorted(out))
+
+
+__all__ = ["SLOTS", "MAX_BODY", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slots", "strides"]

@@ -1,0 +1,73 @@
+"""Rerolling: the LOOPs written for a compiled program expand to the emitter's stream exactly."""
+
+import pytest
+import torch
+from torch import nn
+
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.reroll import reroll
+from npuc.isa.loops import expand
+from npuc.targets import load_target
+
+from npuc.artifact import compile_graph
+from npuc.pipeline import import_model
+
+
+def _unrolled_and_rolled(model, x, preset):
+    """Each NPU segment's program as the emitter wrote it, and rerolled."""
+    import npuc.codegen.driver as driver
+
+    seen = []
+    real = driver.reroll
+
+    def spy(instrs, labels):
+        out = real(instrs, labels)
+        seen.append((list(instrs), list(labels), out))
+        return out
+
+    driver.reroll = spy
+    try:
+        g = import_model(model, (x,))
+        art = compile_graph(g, load_target(preset))
+    finally:
+        driver.reroll = real
+    return art, seen
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(16, 32, 3, padding=1)
+        self.c2 = nn.Conv2d(32, 32, 1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(y)) + y
+        return self.fc(y.mean((2, 3)))
+
+
+@pytest.mark.parametrize("preset", ["npu-mid"])
+def test_rerolled_programs_expand_to_the_emitted_stream(preset):
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(1, 16, 24, 24)
+    art, seen = _unrolled_and_rolled(model, x, preset)
+    assert seen
+    for instrs, labels, (rolled, rolled_labels) in seen:
+        dyn, origin = expand(rolled)
+        assert dyn == instrs
+        assert [rolled_labels[o] for o in origin] == labels  # a loop never spans two layers
+        assert len(rolled) < len(instrs)
+    with torch.no_grad():
+        want = model(x)
+    (got,) = art.run(x)
+    assert torch.allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_stream_without_repetition_is_left_alone():
+    em = Emitter(load_target("npu-mid"))
+    em.emit("VFILL", dtype="int8", n0=16, dst=0, value=1)
+    em.emit("VFILL", dtype="int8", n0=32, dst=64, value=2)
+    prog, labels = em.finish()
+    rolled, _ = reroll(prog.instrs, labels)
+    assert rolled == list(prog.instrs)

@@ -1,0 +1,94 @@
+"""LOOP: encoding, expansion, structural checks, and the simulator running the expanded stream."""
+
+import numpy as np
+import pytest
+
+from npuc.errors import AsmError, BinaryFormatError, SimulationError
+from npuc.isa import assemble, decode_program
+from npuc.isa.instr import FieldError, Program
+from npuc.isa.loops import expand, group, loop_instr, loop_problem
+from npuc.runtime.sim import simulate
+from npuc.targets import load_target
+
+MID = load_target("npu-mid")
+
+# relu over 4 tiles of 64 bytes: DRAM and scratchpad addresses advance by 64 per iteration
+# (one slot moves the DRAM address of the load and of the store, one their local address)
+RELU_LOOP = """
+LOOP n=4 body=3 i0=0 d0=2 r0=2 f0=2 s0=64 i1=0 d1=2 r1=2 f1=3 s1=64 i2=1 f2=9 s2=64 i3=1 f3=5 s3=64
+DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=64 signal=vector
+VUN op=relu dtype=int8 n0=64 dst=0x1000 src=0 wait=load signal=store
+DMA_STORE esize=1 dram_addr=0x1000 local_addr=0x1000 n0=64 wait=vector
+END
+"""
+
+
+def test_expansion_moves_the_strided_fields_per_iteration():
+    p = assemble(RELU_LOOP)
+    dyn, origin = expand(list(p))
+    assert origin == [1, 2, 3] * 4 + [4]
+    assert [i.args.dram_addr for i in dyn if i.op == "DMA_LOAD"] == [0, 64, 128, 192]
+    assert [(i.args.src, i.args.dst) for i in dyn if i.op == "VUN"] == [(0, 0x1000), (64, 0x1040), (128, 0x1080), (192, 0x10C0)]
+    assert [i.args.dram_addr for i in dyn if i.op == "DMA_STORE"] == [0x1000, 0x1040, 0x1080, 0x10C0]
+
+
+def test_the_simulator_runs_the_expanded_program():
+    data = (np.arange(256) - 128).astype(np.int8)
+    image = np.zeros(0x2000, np.uint8)
+    image[:256] = data.view(np.uint8)
+    p = assemble(RELU_LOOP)
+    r = simulate(p, MID, image)
+    np.testing.assert_array_equal(np.frombuffer(r.dram, np.int8, 256, 0x1000), np.maximum(data, 0))
+    assert r.instructions == 13 and len(p) == 5
+    unrolled = Program(tuple(expand(list(p))[0]))
+    same = simulate(unrolled, MID, image)
+    assert (same.total_cycles, same.actions, same.dram) == (r.total_cycles, r.actions, r.dram)
+    assert {e.index for e in r.trace_events} == {1, 2, 3, 4}  # events name the encoded instruction
+
+
+def test_nested_loops_and_outer_strides_into_an_inner_body():
+    text = """
+    LOOP n=3 body=2 i0=1 f0=3 s0=0x100
+    LOOP n=2 body=1 i0=0 f0=3 s0=0x10
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16
+    END
+    """
+    dyn, origin = expand(list(assemble(text)))
+    assert [i.args.local_addr for i in dyn[:-1]] == [0x0, 0x10, 0x100, 0x110, 0x200, 0x210]
+    assert origin == [2] * 6 + [3]
+
+
+def test_grouped_slots_move_every_other_instruction():
+    moves = [(1, 2, 64), (3, 2, 64), (5, 2, 64), (0, 4, 8)]
+    (a, b) = group(moves)
+    assert a == (0, 1, 1, 4, 8) and b == (1, 2, 3, 2, 64)
+    assert group([(j, 2, 10 + j) for j in range(6)]) is None  # six different strides: too many
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("LOOP n=2 body=2\nNOP\nEND", "runs past the last instruction before END"),
+        ("LOOP n=2 body=1 i0=0 f0=0 s0=1\nVUN op=relu dtype=int8 n0=4 dst=0 src=0\nEND", "field 'op' of VUN is not an integer field"),
+        ("LOOP n=2 body=1 i0=0 f0=3 s0=1 signal=load\nNOP\nEND", "LOOP at instruction 0 has dependency flags"),
+        ("LOOP n=2 body=2\nLOOP n=2 body=2\nNOP\nNOP\nEND", "runs past the body of the LOOP around it"),
+        ("LOOP n=2 body=1 i0=3 f0=1 s0=1\nNOP\nEND", "stride slot 0 reaches body instruction 3, but the body has 1"),
+    ],
+)
+def test_malformed_loops_are_refused(text, match):
+    with pytest.raises((AsmError, FieldError), match=match):
+        assemble(text)
+
+
+def test_a_stride_that_leaves_the_field_range_is_a_simulation_error():
+    p = assemble("LOOP n=3 body=1 i0=0 f0=4 s0=-8\nDMA_LOAD esize=1 dram_addr=0 local_addr=8 n0=4\nEND")
+    with pytest.raises(SimulationError, match=r"field 'n0' must be in \[1, 65535\], got -4"):
+        simulate(p, MID, dram_size=64)
+
+
+def test_encoding_round_trip_and_decoder_checks():
+    p = assemble(RELU_LOOP)
+    assert decode_program(p.encode()) == list(p) and loop_problem(list(p)) is None
+    data = Program((loop_instr(2, 1, ()), *assemble("END"))).encode()  # a body that is END
+    with pytest.raises(BinaryFormatError, match="runs past the last instruction before END"):
+        decode_program(data)
