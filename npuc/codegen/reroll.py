@@ -22,9 +22,9 @@ from npuc.isa.instr import Instr
 from npuc.isa.loops import MAX_BODY, Slot, group, loop_instr
 
 PASSES = 3
-CANDIDATES = 8  # periods tried at each position (the next occurrences of the same unit)
+CANDIDATES = 2  # periods tried at each position (the next occurrences of the same unit)
 WINDOW = 96  # units ahead in which a period's start may recur
-MAX_MOVES = 32  # differing fields between two repetitions worth grouping into slots
+MAX_MOVES = 12  # differing fields between two repetitions worth grouping into slots
 
 
 def reroll(instrs: Sequence[Instr], labels: Sequence[str]) -> tuple[list[Instr], list[str]]:
@@ -65,9 +65,11 @@ class _Units:
         return self.starts[u], self.starts[u + n]
 
     def _key(self, u: int) -> tuple:
+        """What two repetitions must share: mnemonics, flags, every non-integer field (and a
+        LOOP's every field), the label."""
         lo, hi = self.starts[u], self.starts[u + 1]
         first = self.instrs[lo]
-        shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else None) for i in self.instrs[lo:hi])
+        shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
         return shape, self.labels[lo], first.op == "END"
 
 
@@ -76,6 +78,12 @@ def _integer_fields(ins: Instr, _cache: dict = {}) -> frozenset[int]:
     if hit is None:
         hit = _cache[ins.op] = frozenset(k for k, f in enumerate(ins.defn.fields) if f.kind in ("uint", "sint"))
     return hit
+
+
+def _fixed(ins: Instr) -> tuple:
+    """The values of the fields a stride cannot move."""
+    ints = _integer_fields(ins)
+    return tuple(v for k, v in enumerate(ins.args) if k not in ints)
 
 
 def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> tuple[tuple[int, int, int], ...] | None:
@@ -87,11 +95,8 @@ def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> tuple[tuple[int, int, int]
             continue
         if x.op == "LOOP":
             return None
-        ints = _integer_fields(x)
         for f, (u, v) in enumerate(zip(x.args, y.args)):
-            if u != v:
-                if f not in ints:
-                    return None
+            if u != v:  # an integer field: the signatures hold the others equal
                 out.append((j, f, v - u))
                 if len(out) > MAX_MOVES:
                     return None

@@ -109,17 +109,18 @@ later (DMAs: the DRAM latency; MATMUL_OS: the output drain; vector ops: the pipe
 The total is the latest completion.
 
 **Array formulas and SCALE-Sim.** Weight-stationary, per tile: `LOAD_WEIGHTS` takes k cycles,
-`MATMUL` takes M + rows + n - 2. SCALE-Sim charges each weight-stationary fold 2 x rows + cols +
-M - 2 (weights shifted through all rows, then M rows streamed with skew and drained): the same
-for full tiles (k = rows, n = cols) when weight loading is not overlapped. npuc differs (1) for
-partial tiles, where it charges the k rows and n columns used instead of the whole array, and
-(2) by double-buffered weights: the next tile's `LOAD_WEIGHTS` overlaps the current `MATMUL`.
+a lone `MATMUL` takes M + rows + n - 2. SCALE-Sim charges each weight-stationary fold 2 x rows +
+cols + M - 2 (weights shifted through all rows, then M rows streamed with skew and drained): the
+same for full tiles (k = rows, n = cols) when weight loading is not overlapped. npuc differs (1)
+for partial tiles, where it charges the k rows and n columns used instead of the whole array,
+(2) by double-buffered weights: the next tile's `LOAD_WEIGHTS` overlaps the current `MATMUL`,
+and (3) by pipelined `MATMUL`s: the next one streams its inputs while the previous one drains,
+so a run of them pays the fill and drain (rows + n - 2) once, as a TPU-style array does.
 Output-stationary: `MATMUL_OS` occupies the array k + m + n - 2 cycles and then drains for rows
 cycles, overlapped by the next `MATMUL_OS`; SCALE-Sim's code charges each output-stationary fold
 K + rows + cols - 2, the same for full tiles except npuc's final drain. Both dataflows also
 respect scratchpad bandwidth (`scratchpad.banks` x `scratchpad.bank_width_bytes` bytes per
-cycle); bank conflicts are not modelled. Consecutive `MATMUL`s are not pipelined into each
-other. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes / scratchpad
+cycle); bank conflicts are not modelled. Vector instructions: busy = max(ceil(lane-ops / lanes), ceil(SRAM bytes / scratchpad
 bytes per cycle), 1), latency {VECTOR_PIPELINE_DEPTH}. Instructions of one execute queue otherwise run
 one at a time; the array and the vector unit overlap each other as far as tokens allow.
 
@@ -156,6 +157,7 @@ def _section(d: InstrDef) -> str:
         f"{d.summary}\n\n"
         f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}."
         + (f" May follow: {', '.join(d.may_follow)}." if d.may_follow else "")
+        + (f" Pipelines after: {', '.join(d.pipelines_after)}." if d.pipelines_after else "")
         + "\n\n"
         f"{_fields_table(d)}\n"
         f"**Semantics.** {d.semantics_doc}\n\n"

@@ -51,7 +51,10 @@ class InstrDef:
     or None.  ``validate`` returns why field values that are each in range do not fit together.
     ``may_follow`` names the compute instructions this one may start beside: right after one of
     them it starts as soon as that one has started (its own unit permitting), instead of waiting
-    for it to complete.
+    for it to complete.  ``pipelines_after`` names the instructions behind which this one
+    pipelines: right after one of them it starts once that one's own work is done and its unit is
+    free, without waiting for earlier instructions to drain (a MATMUL streams its inputs while the
+    previous MATMUL's partial sums still run down the array).
     """
 
     name: str
@@ -70,6 +73,7 @@ class InstrDef:
     check: CheckFn = _no_check
     validate: Callable[[Any], "str | None"] = lambda args: None
     may_follow: tuple[str, ...] = ()
+    pipelines_after: tuple[str, ...] = ()
     args_type: type = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -110,7 +110,8 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
 
 def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[int, int]:
     """(array cycles, MATMUL count) of one step: every reduction chunk times every column
-    subtile; the first LOAD_WEIGHTS of the step is not hidden behind a MATMUL."""
+    subtile, each MATMUL pipelined behind the one before it (paced by the array or by the weight
+    loader filling the next tile beside it); the first LOAD_WEIGHTS of the step is not hidden."""
     table = _table(target)
     cols = target.array.cols
     dt = p.dtype.name
@@ -129,7 +130,10 @@ def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tu
     total = count = 0
     for k, nk in sorted(ks.items()):
         for n, nn in sorted(ns.items()):
-            total += nk * nn * table.time("MATMUL", dict(dtype=dt, k=k, n=n, m0=s.tw, m1=s.th))[0]
+            # pipelined: each MATMUL takes the array while the next weight tile loads beside it
+            mm = table.time("MATMUL", dict(dtype=dt, k=k, n=n, m0=s.tw, m1=s.th))[0]
+            lw = table.time("LOAD_WEIGHTS", dict(dtype=dt, k=k, n=n))[0]
+            total += nk * nn * max(mm, lw)
             count += nk * nn
     total += table.time("LOAD_WEIGHTS", dict(dtype=dt, k=max(ks), n=min(cols, s.tn)))[0]
     return total, count
@@ -230,6 +234,22 @@ class _Costs:
             hit = self.memo[key] = self.dmas(quant_loads(self.p, s)[1])
         return hit
 
+    def drain(self, s: Step) -> int:
+        """Latency of the tile's last array instruction: its partial sums leaving the array."""
+        key = ("d", s.m, s.tn, s.tc)
+        hit = self.memo.get(key)
+        if hit is None:
+            cols = self.target.array.cols
+            n = min(cols, s.tn - (s.tn - 1) // cols * cols)
+            dt = self.p.dtype.name
+            if self.t.dataflow == "os":
+                m = min(self.target.array.rows, s.m - (s.m - 1) // self.target.array.rows * self.target.array.rows)
+                hit = self.table.time("MATMUL_OS", dict(dtype=dt, m=m, k=s.tc, n=n))[1]
+            else:
+                hit = self.table.time("MATMUL", dict(dtype=dt, k=1, n=n, m0=1, m1=1))[1]
+            self.memo[key] = hit
+        return hit
+
     def epilogue(self, s: Step) -> int:
         key = ("e", s.m, s.tn)
         hit = self.memo.get(key)
@@ -276,9 +296,9 @@ class _Walk:
                 self.x_sig[x_slot] = sig
                 fill = fill_cycles
                 self.instrs += nfill
-                # the zero border, on the vector queue once the buffer's last reader is done
-                self.t_vec = max(self.t_vec, self.xp.free_at[x_slot]) + fill
-                ready = max(ready, self.t_vec)
+                if nfill:  # the zero border, on the vector queue once the buffer's last reader is done
+                    self.t_vec = max(self.t_vec, self.xp.free_at[x_slot]) + fill
+                    ready = max(ready, self.t_vec)
         w_slot, hit = self.wp.get(s.w_key(p))
         if not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
@@ -312,7 +332,9 @@ class _Walk:
                 op_ready = max(op_ready, self._dma(costs.quant(s), self.qp.free_at[slot]))
         epi = costs.epilogue(s)
         self.instrs += 1 + len(self.p.epilogue)
-        self.t_vec = max(self.t_vec, self.t_comp, self.out_free[self.out_slot], op_ready) + epi
+        # the epilogue reads the accumulators once the last product has drained out of the array
+        done = self.t_comp + self.costs.drain(s)
+        self.t_vec = max(self.t_vec, done, self.out_free[self.out_slot], op_ready) + epi
         self.compute += epi
         for pool, slot in used:
             pool.free_at[slot] = self.t_vec

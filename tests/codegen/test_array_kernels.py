@@ -389,12 +389,26 @@ def test_output_stationary_gemm_with_partial_blocks():
     assert _rel_l2(out, ref.numpy()) < TOL
 
 
+def _simulated_cycles(placed, size, target) -> tuple[str, int]:
+    impl = get_kernel("conv2d")
+    plan = impl.plan(placed, target)
+    em = Emitter(target)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    return plan.details.dataflow, simulate(prog, target, np.zeros(size, np.uint8), functional=False).total_cycles
+
+
 def test_dataflow_follows_the_target_and_the_cost_model():
-    """A small-spatial 1x1 layer prefers output-stationary; a WS-only target never gets it."""
+    """A small-spatial 1x1 layer may run either way: the choice is the faster one on the
+    simulator (within the cost model's error); a target with one dataflow only gets that one."""
     k = conv_kernel(1, 512, 7, 7, 256, 1)
-    placed, _ = place(k)
-    assert get_kernel("conv2d").plan(placed, MID).details.dataflow == "os"
+    placed, size = place(k)
     ws_only = dataclasses.replace(MID, name="ws-only", array=dataclasses.replace(MID.array, dataflows=("weight_stationary",)))
-    assert get_kernel("conv2d").plan(placed, ws_only).details.dataflow == "ws"
+    os_only = dataclasses.replace(MID, name="os-only", array=dataclasses.replace(MID.array, dataflows=("output_stationary",)))
+    chosen, cycles = _simulated_cycles(placed, size, MID)
+    ws = _simulated_cycles(placed, size, ws_only)
+    os_ = _simulated_cycles(placed, size, os_only)
+    assert (ws[0], os_[0]) == ("ws", "os")
+    assert cycles <= 1.03 * min(ws[1], os_[1]), (chosen, cycles, ws, os_)
     big = conv_kernel(1, 64, 56, 56, 64, 3, pad=1)
     assert get_kernel("conv2d").plan(place(big)[0], MID).details.dataflow == "ws"

@@ -77,7 +77,7 @@ def test_cost_model_agrees_with_the_simulator(kernel, target):
     sim = result.total_cycles
     err = (plan.est_cycles - sim) / sim
     print(f"{target.name:9s} {kernel.name:8s} simulated {sim:9d} model {plan.est_cycles:9d} error {err:+.1%}  {plan.summary}")
-    assert abs(err) < 0.15
+    assert abs(err) < 0.05
 
 
 @pytest.mark.parametrize("kernel", LAYERS[:4])
@@ -100,7 +100,7 @@ def test_model_counts_the_instructions_emitted(kernel):
 def test_instruction_times_come_from_the_isa_definitions():
     rows, cols = MID.array.rows, MID.array.cols
     busy, lat = instr_time(MID, "MATMUL", dict(dtype="fp16", k=16, n=16, m0=56, m1=9))
-    assert (busy, lat) == (56 * 9 + rows + 16 - 2, 0)
+    assert (busy, lat) == (56 * 9, rows + 16 - 2)  # inputs stream, then the partial sums drain
     ins = Instr.make("DMA_LOAD", esize=2, dram_addr=0, local_addr=0, n0=64, n1=10, dram_s1=1000)
     expect = ins.defn.timing(ins.args, MID, ins.defn.regions(ins.args))
     assert instr_time(MID, "DMA_LOAD", dict(esize=2, n0=64, n1=10, dram_s1=1000)) == expect

@@ -33,13 +33,14 @@ def test_weight_stationary_tile(m, k, n):
     assert cycles(text) == k + (m + R + n - 2)
 
 
-def test_weight_loads_overlap_previous_matmul_unless_separated():
+def test_weight_loads_overlap_and_matmuls_pipeline_unless_separated():
     mm = "MATMUL k=16 n=16 in_addr=0x1000 m0=100 out_addr=0"
     lw = "LOAD_WEIGHTS addr=0 k=16 n=16"
     overlapped = cycles("\n".join([lw, mm, lw, mm, "END"]))
     serial = cycles("\n".join([lw, mm, "NOP", lw, mm, "END"]))
     mm_cycles = 100 + R + 16 - 2
-    assert overlapped == 16 + 2 * mm_cycles
+    # the second MATMUL streams its inputs while the first drains: one fill and drain in all
+    assert overlapped == 16 + 2 * 100 + R + 16 - 2
     assert serial == 16 + mm_cycles + 1 + 16 + mm_cycles
     r = simulate(assemble("\n".join([lw, mm, lw, mm, "END"])), MID, functional=False)
     ev = r.trace_events

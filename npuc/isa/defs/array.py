@@ -163,7 +163,7 @@ def _mm_check(a, target) -> str | None:
 def _mm_timing(a, target, regions) -> tuple[int, int]:
     m = a.m0 * a.m1
     stream = max(m, -(-regions[0].nbytes // target.spad_bytes_per_cycle))
-    return stream + target.array.rows + a.n - 2, 0
+    return stream, target.array.rows + a.n - 2
 
 
 register(
@@ -191,6 +191,7 @@ register(
         execute=_mm_execute,
         timing=_mm_timing,
         actions=lambda a, t, r: _matmul_actions(a.m0 * a.m1 * a.k * a.n, a.dtype, t, r),
+        pipelines_after=("LOAD_WEIGHTS", "MATMUL"),
         check=_mm_check,
         validate=_validate_dtype,
         semantics_doc="For i1 < m1, i0 < m0, n < N: with X[i1][i0][k] = SPAD[in_addr + i1*in_s1 + "
@@ -199,10 +200,13 @@ register(
         "when `acc` = 1. int8: products and sums exact, the accumulator add wraps in int32. fp16: "
         "products exact in fp32, sums in fp32. The two-level row loop lets one MATMUL walk a "
         "convolution window over a 2-D output (in_s0 = horizontal step, in_s1 = row step).",
-        timing_doc="busy = max(M, ceil(M x k x esize / scratchpad bytes per cycle)) + array.rows + "
-        "n - 2 cycles on the array, M = m0 x m1: inputs enter skewed, partial sums run down all "
-        "array.rows rows to the accumulators, the last column is reached after n - 1 cycles. "
-        "Consecutive MATMULs are not pipelined into each other (each pays the fill and drain).",
+        timing_doc="busy = max(M, ceil(M x k x esize / scratchpad bytes per cycle)) cycles on the "
+        "array, M = m0 x m1 (one input row enters per cycle), then array.rows + n - 2 cycles of "
+        "latency: inputs enter skewed, partial sums run down all array.rows rows to the "
+        "accumulators, the last column is reached after n - 1 cycles. MATMULs pipeline: right "
+        "after a LOAD_WEIGHTS or a MATMUL, a MATMUL starts as soon as that one's own work is done "
+        "and the array takes inputs again, while the previous MATMUL still drains (the "
+        "accumulators add rows in order, so a MATMUL accumulating into the same tile is not a race).",
         energy_doc="MACs: M x k x n (int8 or fp16). Scratchpad bytes read: M x k x esize. "
         "Accumulator bytes written: M x n x 4 (also read when `acc` = 1).",
     )

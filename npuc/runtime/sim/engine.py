@@ -1,13 +1,15 @@
 """The event-driven core: four in-order queues, shared units, dependency tokens.
 
 Each step starts, among the queue heads that are not waiting on an empty token channel, the one
-that can start earliest (ties go to the lower queue number: load, compute, store, vector).  A
+that can start earliest; on a tie the one that has waited longest for its unit goes first (the
+DRAM port serves loads and stores in the order they asked for it, so a stream of loads never
+starves a store), then the lower queue number (load, compute, store, vector).  A
 head can start once
 
 * its queue allows it: on the load and store queues when the previous transfer has left the
   DRAM port (transfers are pipelined); on an execute queue (compute, vector) when every earlier
   instruction of that queue has completed, except right after an instruction its definition
-  ``may_follow``
+  ``may_follow`` (or ``pipelines_after``: then it starts when that one's own work is done)
   (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
   ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
@@ -67,20 +69,27 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
     qfree = [0] * _NQ  # earliest start allowed by the queue's order
     last_step: list[Step | None] = [None] * _NQ  # each execute queue's last instruction
     last_start = [0] * _NQ  # and its start
+    last_own_end = [0] * _NQ  # and when its own work was done (before in-order retirement)
     ufree = [0] * len(Unit)
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
     ends = [0] * len(steps)
     remaining = len(steps)
     while remaining:
-        best_t, best_q = -1, -1
+        best_t, best_q, best_asked = -1, -1, -1
         for q in range(_NQ):
             if head[q] == len(queues[q]):
                 continue
             s = steps[queues[q][head[q]]]
             prev = last_step[q]
-            beside = prev is not None and prev.instr.op in s.may_follow
-            t = last_start[q] if beside and not _conflict(prev, s) else qfree[q]
+            if prev is None:
+                t = qfree[q]
+            elif prev.instr.op in s.may_follow and not _conflict(prev, s):
+                t = last_start[q]
+            elif prev.instr.op in s.pipelines_after:
+                t = last_own_end[q]
+            else:
+                t = qfree[q]
             ready = True
             for c in s.waits:
                 if not chans[c]:
@@ -90,10 +99,11 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
                     t = chans[c][0]
             if not ready:
                 continue
+            asked = t  # when it could start if its unit were free
             if ufree[s.unit] > t:
                 t = ufree[s.unit]
-            if best_q < 0 or t < best_t:
-                best_t, best_q = t, q
+            if best_q < 0 or (t, asked) < (best_t, best_asked):
+                best_t, best_q, best_asked = t, q, asked
         if best_q < 0:
             raise SimulationError(_deadlock(steps, queues, head, chans))
         index = queues[best_q][head[best_q]]
@@ -109,6 +119,7 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
         end = issue_end + s.latency
         ufree[s.unit] = issue_end
         if _EXECUTES[best_q]:
+            last_own_end[best_q] = end
             end = max(end, qfree[best_q])  # in-order completion
             qfree[best_q] = end
             last_step[best_q], last_start[best_q] = s, start

@@ -44,6 +44,7 @@ class Step:
     signals: tuple[int, ...]
     actions: tuple[int, ...]
     may_follow: tuple[str, ...]
+    pipelines_after: tuple[str, ...]
 
 
 def describe(index: int, ins: Instr) -> str:
@@ -124,4 +125,5 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         *_tokens(ins.deps, d.queue),
         tuple(vars(act).values()),
         d.may_follow,
+        d.pipelines_after,
     )
