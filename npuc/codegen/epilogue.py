@@ -56,8 +56,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from npuc.codegen.kernel import EpilogueOp, SramArena
-from npuc.codegen.tensor import DramTensor
+from npuc.codegen.kernel import SramArena
+from npuc.kir.kernel import EpilogueOp
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npuc.codegen.kernel import EpilogueOp, Kernel, get_kernel
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import EpilogueOp, Kernel
 from npuc.errors import NpucError
 from npuc.lower.layout import dense_order
-from npuc.lower.program import CONSTANT, LKernel, LoweredModel, NpuSegment
+from npuc.kir.program import CONSTANT, LKernel, LoweredModel, NpuSegment
 from npuc.lower.rules import COMMUTATIVE
 
 PRODUCERS = frozenset({"conv2d", "gemm", "depthwise_conv2d", "eltwise"})

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npuc.codegen.kernel import Kernel, constant_layout, get_kernel
-from npuc.codegen.tensor import DramTensor
+from npuc.codegen.kernel import constant_layout, get_kernel
+from npuc.kir.kernel import Kernel
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError, NpucError
 from npuc.ir.graph import Graph, Node, Value
 from npuc.lower.context import LowerContext, Lowered
 from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
-from npuc.lower.layout import dense_order, image_values, layout_name, order_of
+from npuc.kir.storage import layout_name, storage_dtype
+from npuc.lower.layout import dense_order, image_values, order_of
 from npuc.ir.types import DType as IRType
 from npuc.isa.enums import DType
-from npuc.lower.precision import Precision, int8_value_reason, storage_dtype
-from npuc.lower.program import (
+from npuc.lower.precision import Precision, int8_value_reason
+from npuc.kir.program import (
     ACTIVATION,
     CONSTANT,
     INPUT,

@@ -12,8 +12,8 @@ from typing import Callable
 
 import torch
 
-from npuc.codegen.kernel import EpilogueOp, FillAttrs, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.kernel import EpilogueOp, FillAttrs, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.ir.graph import Node, Value
 from npuc.lower.context import LowerContext, Lowered
 from npuc.lower.layout import broadcast_to, is_channels_last

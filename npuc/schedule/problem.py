@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from npuc.codegen.kernel import EpilogueOp
+from npuc.kir.kernel import EpilogueOp
 from npuc.isa.enums import DType
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_operand, Piece
 from npuc.codegen.kernel import SramArena
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import DType
 from npuc.schedule.problem import (
     ArrayProblem,
