@@ -12,8 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from npuc.ir.opdef import Trait, ops_with
 from npuc.isa.enums import DType
 from npuc.kir.tensor import DramTensor
+
+# The graph ops an epilogue step may be, derived from the op registry: unary (no operand) and
+# binary (a DRAM operand or a scalar) elementwise ops with the EPILOGUE trait.
+UNARY_EPILOGUE_OPS = ops_with(Trait.EPILOGUE, Trait.UNARY)
+BINARY_EPILOGUE_OPS = ops_with(Trait.EPILOGUE, Trait.BINARY)
+COMMUTATIVE_EPILOGUE_OPS = ops_with(Trait.EPILOGUE, Trait.BINARY, Trait.COMMUTATIVE)
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,8 @@ class KindDef:
     name: str
     attrs: Any = None
     int8_requantizes: bool = False
+    takes_epilogue: bool = False  # fusion may append elementwise steps to its epilogue
+    counts_macs: bool = False  # its work is multiply-accumulates (the profile's MAC count)
 
     def attrs_type(self) -> type | None:
         return self.attrs() if callable(self.attrs) and not isinstance(self.attrs, type) else self.attrs
@@ -195,10 +204,10 @@ class KindDef:
 # The kernel kinds.  Code generation registers exactly one implementation per kind
 # (npuc.codegen.kernel.register_kernel checks it); the verifier checks every kernel against it.
 KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
-    KindDef("conv2d", _conv_attrs, int8_requantizes=True),
-    KindDef("depthwise_conv2d", _conv_attrs, int8_requantizes=True),
-    KindDef("gemm", None, int8_requantizes=True),
-    KindDef("eltwise"),
+    KindDef("conv2d", _conv_attrs, int8_requantizes=True, takes_epilogue=True, counts_macs=True),
+    KindDef("depthwise_conv2d", _conv_attrs, int8_requantizes=True, takes_epilogue=True, counts_macs=True),
+    KindDef("gemm", None, int8_requantizes=True, takes_epilogue=True, counts_macs=True),
+    KindDef("eltwise", takes_epilogue=True),
     KindDef("pool2d", PoolAttrs),
     KindDef("reduce", ReduceAttrs),
     KindDef("softmax", SoftmaxAttrs),

@@ -164,7 +164,7 @@ def print_segment(s: NpuSegment, indent: str = "") -> str:
 
 _TOKEN = re.compile(
     r"""
-    (?P<ws>\s+)
+    (?P<space>\s+)
   | (?P<type>tensor<[^>]*>)
   | (?P<tensor>(?:"(?:[^"\\]|\\.)*"|[A-Za-z0-9_.@/~+:\-]+)<[^<>]*>)
   | (?P<string>"(?:[^"\\]|\\.)*")
@@ -188,7 +188,7 @@ class _Tokens:
             m = _TOKEN.match(text, pos)
             if m is None:
                 raise ParseError(f"line {line}: unexpected character {text[pos]!r}")
-            if m.lastgroup != "ws":
+            if m.lastgroup != "space":
                 self.toks.append((m.lastgroup or "", m.group(), line))
             line += m.group().count("\n")
             pos = m.end()

@@ -11,9 +11,9 @@ form's tests.  A kernel is well formed when
   kernel's element type;
 * every tensor it reads is defined before it: a constant, a model input, a value its segment
   receives, or a buffer an earlier kernel (of this or an earlier NPU segment) wrote;
-* every epilogue step is an elementwise graph op with the operands its arity asks for (a
-  binary step: exactly one of a DRAM operand or a scalar; a unary one: neither), and a DRAM
-  operand broadcasts to the kernel output's shape.
+* every epilogue step is a graph op with the EPILOGUE trait, with the operands its arity asks
+  for (a binary step: exactly one of a DRAM operand or a scalar; a unary one: neither), and a
+  DRAM operand broadcasts to the kernel output's shape.
 
 Every home lies inside its buffer, and every value an NPU segment hands on was written by it.
 """
@@ -25,9 +25,8 @@ from typing import Iterable
 import numpy as np
 
 from npuc.errors import VerifyError
-from npuc.ir.opdef import get_op
 from npuc.isa.enums import DType
-from npuc.kir.kernel import KERNEL_KINDS, EpilogueOp, Kernel
+from npuc.kir.kernel import BINARY_EPILOGUE_OPS, KERNEL_KINDS, UNARY_EPILOGUE_OPS, EpilogueOp, Kernel
 from npuc.kir.program import CONSTANT, INPUT, LKernel, LoweredModel, NpuSegment
 from npuc.kir.tensor import DramTensor
 
@@ -94,13 +93,10 @@ def _check_tensor(where: str, t: DramTensor, sizes: dict[str, int]) -> None:
 
 
 def _check_epilogue(where: str, e: EpilogueOp, out: DramTensor) -> None:
-    try:
-        opdef = get_op(e.op)
-    except VerifyError:
-        raise VerifyError(f"{where}: epilogue step '{e.op}' is not a graph op") from None
-    if opdef.category != "elementwise":
-        raise VerifyError(f"{where}: epilogue step '{e.op}' is not an elementwise op")
-    binary = opdef.min_inputs == 2
+    binary = e.op in BINARY_EPILOGUE_OPS
+    if not binary and e.op not in UNARY_EPILOGUE_OPS:
+        raise VerifyError(f"{where}: epilogue step '{e.op}' is not an elementwise op that fuses as an epilogue "
+                          f"(one of {', '.join(sorted(UNARY_EPILOGUE_OPS | BINARY_EPILOGUE_OPS))})")
     given = (e.operand is not None) + (e.scalar is not None)
     if binary and given != 1:
         raise VerifyError(f"{where}: binary epilogue step '{e.op}' needs exactly one operand or scalar")

@@ -16,18 +16,13 @@ from __future__ import annotations
 from npuc.kir.tensor import NHWC, DramTensor, row_major_strides
 from npuc.errors import CompileError
 from npuc.ir.graph import Graph, Value
+from npuc.ir.opdef import Trait, ops_with
 from npuc.ir.types import DType as IRType
 
-IMAGE_CONSUMERS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d",
-                             "qconv2d", "qavg_pool2d"})
-IMAGE_PRODUCERS = IMAGE_CONSUMERS | {"batch_norm"}
+IMAGE_CONSUMERS = ops_with(Trait.IMAGE_CONSUMER)
+IMAGE_PRODUCERS = ops_with(Trait.IMAGE_PRODUCER)
 # Ops whose 4-D result is an image when one of their 4-D inputs is.
-IMAGE_PRESERVING = frozenset({
-    "relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "gelu", "clamp", "exp", "neg", "abs",
-    "sqrt", "rsqrt", "reciprocal", "pow", "cast", "add", "sub", "mul", "div", "maximum", "minimum",
-    "pad", "concat", "log", "erf", "sin", "cos", "where",
-    "qadd", "qmul", "qlut", "qclamp", "quantize", "dequantize",
-})
+IMAGE_PRESERVING = ops_with(Trait.IMAGE_PRESERVING)
 
 
 def _storable(v: Value) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from npuc.codegen.kernel import constant_layout, get_kernel
-from npuc.kir.kernel import Kernel
+from npuc.kir.kernel import KERNEL_KINDS, Kernel
 from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError, NpucError
 from npuc.ir.graph import Graph, Node, Value
@@ -265,7 +265,7 @@ class _Pass:
         )
 
     def _lkernel(self, node: Node, k: Kernel) -> LKernel:
-        macs = (node_macs(node) or quant_macs(node)) if k.kind in ("conv2d", "gemm", "depthwise_conv2d") else 0
+        macs = (node_macs(node) or quant_macs(node)) if KERNEL_KINDS[k.kind].counts_macs else 0
         return LKernel(k, (node.op,), node.loc, macs)
 
     def _home(self, v: Value, buffers: dict[str, Buffer]) -> Home:

@@ -86,8 +86,8 @@ def test_epilogue_steps():
     bias = next(e.operand for e in k.epilogue if e.operand is not None)
     _fails(_with_kernel(m, i, epilogue=(EpilogueOp("relu", operand=bias),)), "unary epilogue step 'relu' takes no operand")
     _fails(_with_kernel(m, i, epilogue=(EpilogueOp("add"),)), "needs exactly one operand or scalar")
-    _fails(_with_kernel(m, i, epilogue=(EpilogueOp("conv2d", scalar=1.0),)), "not an elementwise op")
-    _fails(_with_kernel(m, i, epilogue=(EpilogueOp("frobnicate"),)), "'frobnicate' is not a graph op")
+    _fails(_with_kernel(m, i, epilogue=(EpilogueOp("conv2d", scalar=1.0),)), "is not an elementwise op that fuses")
+    _fails(_with_kernel(m, i, epilogue=(EpilogueOp("frobnicate"),)), "'frobnicate' is not an elementwise op that fuses")
     wide = replace(bias, shape=(1, 3, 1, 1))
     _fails(_with_kernel(m, i, epilogue=(EpilogueOp("add", operand=wide),)), "does not broadcast")
 
