@@ -218,7 +218,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
     from npuc.kir.program import NpuSegment
-    from npuc.kir.text import print_lowered, print_partition
+    from npuc.kir.text import print_lowered
     from npuc.kir.verify import verify_lowered
     from npuc.lower.fusion import fuse
     from npuc.lower.partition import partition
@@ -245,7 +245,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
             raise VerifyError(str(e)) from None
 
     return [
-        Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_partition),
+        Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
         Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
         Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
         Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),

@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
+from npuc.isa.enums import DType
 from npuc.kir.kernel import Kernel
+from npuc.kir.storage import IR_OF_ISA
 from npuc.ir.graph import Graph
 from npuc.ir.types import DType as IRType
 from npuc.ir.types import QuantParams, TensorType
@@ -135,13 +137,27 @@ class CpuSegment:
 Segment = NpuSegment | CpuSegment
 
 
+@dataclass(frozen=True)
+class Precision:
+    """How the NPU computes: ``dtype`` of every kernel and NPU-side DRAM tensor, or None when the
+    NPU can take no node (``reason`` then says why)."""
+
+    dtype: DType | None
+    reason: str | None = None
+
+    @property
+    def ir_dtype(self) -> IRType:
+        """The graph element type of NPU-side tensors (as stored in DRAM)."""
+        return IR_OF_ISA[self.dtype] if self.dtype is not None else IRType.f32
+
+
 @dataclass(frozen=True, eq=False)
 class LoweredModel:
     """The model after partition (and later fusion): segments in order, buffers, homes."""
 
     name: str
     target: Any
-    precision: Any
+    precision: Precision
     segments: tuple[Segment, ...]
     buffers: tuple[Buffer, ...]
     homes: tuple[Home, ...]

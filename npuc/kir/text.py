@@ -1,4 +1,4 @@
-"""Text form of the kernel-level IR: printing and parsing kernels and NPU segments.
+"""Text form of the kernel-level IR: printing and parsing kernels, NPU segments and the lowered model.
 
 ::
 
@@ -18,8 +18,14 @@ A tensor is ``NAME<DIMSxDTYPE @0xADDR strides=[...]>`` (the name in JSON quotes 
 characters other than letters, digits and ``_.@/~+:-``).  An attribute record prints every field
 in declaration order: ``graph.OP{...}`` is the attribute record of graph op OP, ``PoolAttrs{...}``
 and the other kind records of :mod:`npuc.kir.kernel` by their class name.  Lines that are empty
-or the defaults (no epilogue, no quant, no attrs) are left out.  ``parse_segment(print_segment(s))
-== s`` and ``parse_kernel(print_kernel(k)) == k`` hold for every kernel lowering produces.
+or the defaults (no epilogue, no quant, no attrs) are left out.
+
+The whole model (:func:`print_lowered`) adds one line per precision, buffer, home, IO name,
+placement and CPU fallback, and prints CPU segments with their subgraph in the graph IR's text
+form.  Constant data prints by reference, as in the graph IR: :func:`parse_lowered` takes the
+buffers' data and the CPU subgraphs' constants beside the text.  ``parse_kernel(print_kernel(k))
+== k``, ``parse_segment(print_segment(s)) == s`` and ``lowered_equal(parse_lowered(
+print_lowered(m), ...), m)`` are tested (tests/kir/).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import enum
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from npuc.errors import ParseError, VerifyError
 from npuc.ir.opdef import all_ops, get_op
@@ -38,7 +44,7 @@ from npuc.ir.types import TensorType
 from npuc.isa.enums import DType
 from npuc.kir import kernel as kernel_records
 from npuc.kir.kernel import EpilogueOp, Kernel
-from npuc.kir.program import Buffer, CpuSegment, Home, LKernel, LoweredModel, NpuSegment
+from npuc.kir.program import Buffer, ConstData, CpuOp, CpuSegment, Home, LKernel, LoweredModel, NpuSegment, Precision
 from npuc.kir.tensor import DramTensor
 
 # Attribute records of the kernel kinds, by class name (every frozen dataclass of npuc.kir.kernel
@@ -430,47 +436,228 @@ def parse_segment(text: str) -> NpuSegment:
 # ------------------------------------------------------------------------------ the lowered model
 
 
+def _opt_string(v: str | None) -> str:
+    return "none" if v is None else json.dumps(v)
+
+
 def _buffer_line(b: Buffer) -> str:
     line = f"buffer {json.dumps(b.name)} {b.kind} {b.nbytes}"
     if b.const is not None:
         c = b.const
-        line += f" const {json.dumps(c.const)} {tuple(c.data.shape)} as {c.dtype.value}"
+        line += f" const {json.dumps(c.const)} {format_value(tuple(c.data.shape))} as {c.dtype.value}"
         if c.order is not None:
             line += f" order {format_value(c.order)}"
     return line
 
 
-def _home_line(h: Home) -> str:
-    return f"home %{h.value} in {json.dumps(h.buffer)} +{h.offset} : {h.type}"
+def _cpu_block(s: CpuSegment) -> str:
+    from npuc.ir.text import print_graph
 
-
-def _cpu_line(s: CpuSegment) -> str:
-    ops = [n.op for n in s.graph.nodes if n.op != "const"]
-    return (f"cpu segment {json.dumps(s.name)} in {format_value(s.inputs)} out {format_value(s.outputs)} "
-            f"ops {format_value(tuple(ops))} seconds {s.seconds:.3g} flops {s.flops} bytes {s.transfer_bytes}")
+    head = (f"cpu segment {json.dumps(s.name)} in {format_value(s.inputs)} out {format_value(s.outputs)} "
+            f"seconds {format_value(s.seconds)} flops {s.flops} bytes {s.transfer_bytes} {{\n")
+    body = "".join("  " + line + "\n" for line in print_graph(s.graph).splitlines())
+    return head + body + "}\n"
 
 
 def print_lowered(m: LoweredModel) -> str:
-    """The whole lowered model: buffers, homes, IO, and its segments in order (for --print-after).
-
-    NPU segments print as :func:`print_segment` (which parses back); a constant buffer names the
-    graph constant it holds and a CPU segment lists its ops, both by reference.
-    """
-    dtype = m.precision.dtype.name if m.precision.dtype is not None else "none"
-    lines = [f"lowered @{m.name} for {m.target.name} precision {dtype} ({len(m.segments)} segments)"]
+    """The whole lowered model (for --print-after): precision, buffers, homes, IO, where each node
+    runs and why, the CPU fallbacks, and its segments in order.  Constant buffers name their data
+    by reference (the graph constant and the shape a kernel sees); CPU segments print their
+    subgraph in the graph IR's text form.  :func:`parse_lowered` reads it back."""
+    p = m.precision
+    lines = [f"lowered {json.dumps(m.name)} for {json.dumps(m.target.name)} segments {len(m.segments)}",
+             f"precision {p.dtype.name if p.dtype is not None else 'none'} reason {_opt_string(p.reason)}"]
     lines += [_buffer_line(b) for b in m.buffers]
-    lines += [_home_line(h) for h in m.homes]
-    lines += [f"input {json.dumps(io)} %{v}" for io, v in m.inputs]
-    lines += [f"output {json.dumps(io)} %{v}" for io, v in m.outputs]
+    lines += [f"home {json.dumps(h.value)} in {json.dumps(h.buffer)} at {h.offset} {h.type}" for h in m.homes]
+    lines += [f"input {json.dumps(io)} {json.dumps(v)}" for io, v in m.inputs]
+    lines += [f"output {json.dumps(io)} {json.dumps(v)}" for io, v in m.outputs]
+    lines += [f"place {json.dumps(v)} {op} {side} {json.dumps(reason)}" for v, op, side, reason in m.placement]
+    lines += [f"cpu_op {json.dumps(c.value)} {c.op} loc {_opt_string(c.loc)} seconds {format_value(c.seconds)} "
+              f"reason {json.dumps(c.reason)}" for c in m.cpu_ops]
     body = "\n".join(lines) + "\n"
-    for s in m.segments:
-        body += print_segment(s) if isinstance(s, NpuSegment) else _cpu_line(s) + "\n"
+    for seg in m.segments:
+        body += print_segment(seg) if isinstance(seg, NpuSegment) else _cpu_block(seg)
     return body
 
 
-def print_partition(m: LoweredModel) -> str:
-    """Where each graph node runs and, for the CPU, why; then the lowered model."""
-    lines = [f"partition @{m.name} for {m.target.name}"]
-    for value, op, side, reason in m.placement:
-        lines.append(f"  %{value} = {op}: {side}" + (f"  ({reason})" if reason else ""))
-    return "\n".join(lines) + "\n" + print_lowered(m)
+def _line_tokens(line: str, number: int) -> _Tokens:
+    t = _Tokens(line)
+    t.toks = [(k, s, number) for k, s, _ in t.toks]
+    return t
+
+
+def _opt(t: _Tokens, what: str) -> str | None:
+    if t.accept("none"):
+        return None
+    return t.string(what)
+
+
+def _end(t: _Tokens) -> None:
+    if t.peek()[0] != "eof":
+        kind, s, line = t.peek()
+        raise ParseError(f"line {line}: unexpected '{s}' at the end of the line")
+
+
+def _block(lines: list[str], start: int) -> int:
+    """Index of the line that closes the block opened at ``start`` (a ``}`` in column 0)."""
+    for j in range(start + 1, len(lines)):
+        if lines[j] == "}":
+            return j
+    raise ParseError(f"line {start + 1}: the block opened here is never closed")
+
+
+def parse_lowered(text: str, buffer_data: Mapping[str, Any], graph_constants: Mapping[str, Any],
+                  target: Any) -> LoweredModel:
+    """Parse :func:`print_lowered`'s text.  ``buffer_data`` gives the data of each constant
+    buffer (by buffer name), ``graph_constants`` the constants of the CPU subgraphs, ``target``
+    the target it was lowered for (its name must match the text's)."""
+    try:
+        return _parse_lowered(text.splitlines(), buffer_data, graph_constants, target)
+    except (ValueError, TypeError, OverflowError, KeyError) as e:
+        raise ParseError(f"malformed lowered model text: {e}") from None
+
+
+def _parse_lowered(lines: list[str], buffer_data, graph_constants, target) -> LoweredModel:
+    from npuc.ir.text import parse_graph
+
+    if not lines:
+        raise ParseError("empty lowered model text")
+    t = _line_tokens(lines[0], 1)
+    t.expect("lowered")
+    name = t.string("the model name")
+    t.expect("for")
+    tname = t.string("the target name")
+    if tname != target.name:
+        raise ParseError(f"line 1: the model was lowered for '{tname}', not for '{target.name}'")
+    t.expect("segments")
+    count = int(t.expect_kind("number", "a segment count"))
+    _end(t)
+    precision = None
+    buffers, homes, inputs, outputs, placement, cpu_ops, segments = [], [], [], [], [], [], []
+    i = 1
+    while i < len(lines):
+        line, number = lines[i], i + 1
+        if not line.strip():
+            i += 1
+            continue
+        if line.startswith("npu segment "):
+            j = _block(lines, i)
+            try:
+                segments.append(parse_segment("\n".join(lines[i:j + 1])))
+            except ParseError as e:
+                raise ParseError(f"in the npu segment at line {number}: {e}") from None
+            i = j + 1
+            continue
+        t = _line_tokens(line, number)
+        kw = t.expect_kind("ident", "a line of the lowered model")
+        if kw == "precision":
+            dt = t.expect_kind("ident", "an element type")
+            t.expect("reason")
+            precision = Precision(None if dt == "none" else DType[dt], _opt(t, "a reason"))
+        elif kw == "buffer":
+            buffers.append(_parse_buffer(t, buffer_data))
+        elif kw == "home":
+            value = t.string("a value name")
+            t.expect("in")
+            buf = t.string("a buffer name")
+            t.expect("at")
+            offset = int(t.expect_kind("number", "an offset"))
+            ty = _value(t)
+            homes.append(Home(value, buf, offset, ty.shape, ty.dtype, ty.layout, ty.quant))
+        elif kw in ("input", "output"):
+            (inputs if kw == "input" else outputs).append((t.string("an IO name"), t.string("a value name")))
+        elif kw == "place":
+            v = t.string("a value name")
+            op = t.expect_kind("ident", "an op")
+            side = t.expect_kind("ident", "npu or cpu")
+            placement.append((v, op, side, t.string("a reason")))
+        elif kw == "cpu_op":
+            v = t.string("a value name")
+            op = t.expect_kind("ident", "an op")
+            t.expect("loc")
+            loc = _opt(t, "a source location")
+            t.expect("seconds")
+            seconds = float(_value(t))
+            t.expect("reason")
+            cpu_ops.append(CpuOp(v, op, loc, t.string("a reason"), seconds))
+        elif kw == "cpu":
+            j = _block(lines, i)
+            t.expect("segment")
+            sname = t.string("a segment name")
+            t.expect("in")
+            ins = tuple(_value(t))
+            t.expect("out")
+            outs = tuple(_value(t))
+            t.expect("seconds")
+            seconds = float(_value(t))
+            t.expect("flops")
+            flops = int(t.expect_kind("number", "a FLOP count"))
+            t.expect("bytes")
+            nbytes = int(t.expect_kind("number", "a byte count"))
+            t.expect("{")
+            graph_text = "\n".join(x[2:] for x in lines[i + 1:j]) + "\n"
+            graph = parse_graph(graph_text, graph_constants)
+            segments.append(CpuSegment(sname, graph, ins, outs, seconds, flops, nbytes))
+            i = j + 1
+            continue
+        else:
+            raise ParseError(f"line {number}: unknown line '{kw}' of a lowered model")
+        _end(t)
+        i += 1
+    if precision is None:
+        raise ParseError("the lowered model text has no 'precision' line")
+    if len(segments) != count:
+        raise ParseError(f"line 1: the model has {count} segments, the text holds {len(segments)}")
+    return LoweredModel(name, target, precision, tuple(segments), tuple(buffers), tuple(homes), tuple(inputs),
+                        tuple(outputs), tuple(cpu_ops), tuple(placement))
+
+
+def _parse_buffer(t: _Tokens, buffer_data: Mapping[str, Any]) -> Buffer:
+    line = t.line()
+    name = t.string("a buffer name")
+    kind = t.expect_kind("ident", "a buffer kind")
+    nbytes = int(t.expect_kind("number", "a size"))
+    const = None
+    if t.accept("const"):
+        cname = t.string("a constant name")
+        shape = tuple(_value(t))
+        t.expect("as")
+        dtype = IRType.parse(t.expect_kind("ident", "an element type"))
+        order = tuple(_value(t)) if t.accept("order") else None
+        if name not in buffer_data:
+            raise ParseError(f"line {line}: no data given for constant buffer '{name}'")
+        data = buffer_data[name]
+        if tuple(data.shape) != shape:
+            raise ParseError(f"line {line}: the data given for '{name}' is {tuple(data.shape)}, the text says {shape}")
+        const = ConstData(cname, data, dtype, order)
+    return Buffer(name, nbytes, kind, const)
+
+
+def buffer_data(m: LoweredModel) -> dict[str, Any]:
+    """The data of every constant buffer of ``m`` by buffer name (what :func:`parse_lowered` needs)."""
+    return {b.name: b.const.data for b in m.buffers if b.const is not None}
+
+
+def graph_constants(m: LoweredModel) -> dict[str, Any]:
+    """The constants of every CPU subgraph of ``m``."""
+    out: dict[str, Any] = {}
+    for s in m.segments:
+        if isinstance(s, CpuSegment):
+            out.update(s.graph.constants)
+    return out
+
+
+def lowered_equal(a: LoweredModel, b: LoweredModel) -> bool:
+    """Structural equality of two lowered models: the same text and bit-identical constant data."""
+    import torch
+
+    from npuc.ir.text import graphs_equal
+
+    if print_lowered(a) != print_lowered(b) or a.target != b.target:
+        return False
+    for x, y in zip(a.buffers, b.buffers):
+        if (x.const is None) != (y.const is None) or (x.const and not torch.equal(x.const.data, y.const.data)):
+            return False
+    cpu = [(x, y) for x, y in zip(a.segments, b.segments) if isinstance(x, CpuSegment)]
+    return all(isinstance(y, CpuSegment) and graphs_equal(x.graph, y.graph) for x, y in cpu) and all(
+        x == y for x, y in zip(a.segments, b.segments) if isinstance(x, NpuSegment))

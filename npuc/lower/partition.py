@@ -20,17 +20,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from npuc.codegen.kernel import constant_layout, get_kernel
-from npuc.kir.kernel import KERNEL_KINDS, Kernel
-from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError, NpucError
+from npuc.frontend.summary import node_macs
 from npuc.ir.graph import Graph, Node, Value
-from npuc.lower.context import LowerContext, Lowered
-from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
-from npuc.kir.storage import layout_name, storage_dtype
-from npuc.lower.layout import dense_order, image_values, order_of
 from npuc.ir.types import DType as IRType
 from npuc.isa.enums import DType
-from npuc.lower.precision import Precision, int8_value_reason
+from npuc.kir.kernel import KERNEL_KINDS, Kernel
 from npuc.kir.program import (
     ACTIVATION,
     CONSTANT,
@@ -44,10 +39,16 @@ from npuc.kir.program import (
     LKernel,
     LoweredModel,
     NpuSegment,
+    Precision,
 )
+from npuc.kir.storage import layout_name, storage_dtype
+from npuc.kir.tensor import DramTensor
+from npuc.lower.context import LowerContext, Lowered
+from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
+from npuc.lower.layout import dense_order, image_values, order_of
+from npuc.lower.precision import int8_value_reason
 from npuc.lower.rules import CPU_REASONS, RULES, VIEW_OPS
 from npuc.lower.rules_int8 import quant_macs
-from npuc.frontend.summary import node_macs
 
 NPU, CPU = "npu", "cpu"
 

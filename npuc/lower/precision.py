@@ -9,30 +9,14 @@ quantized graph ops in int8 (int32 accumulators, REQUANT), the integer arithmeti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from npuc.errors import NpucError
 from npuc.ir.types import DType as IRType
 from npuc.isa.enums import DType
-from npuc.kir.storage import IR_OF_ISA
+from npuc.kir.program import Precision
 
 NO_FP16_REASON = "target has no fp16 path; quantize to int8 (--quantize int8)"
-
-
-@dataclass(frozen=True)
-class Precision:
-    """How the NPU computes: ``dtype`` of every kernel and NPU-side DRAM tensor, or None when the
-    NPU can take no node (``reason`` then says why)."""
-
-    dtype: DType | None
-    reason: str | None = None
-
-    @property
-    def ir_dtype(self) -> IRType:
-        """The graph element type of NPU-side tensors (as stored in DRAM)."""
-        return IR_OF_ISA[self.dtype] if self.dtype is not None else IRType.f32
 
 
 def choose_precision(target, quantize: str | None) -> Precision:

@@ -56,4 +56,22 @@ def cnn_int8():
     return fuse(partition(io_edges(g, precision), tgt, precision))
 
 
-MODELS = {"cnn_fp16": cnn_fp16, "block_fp16": block_fp16, "cnn_int8": cnn_int8}
+class ErfInTheMiddle(torch.nn.Module):
+    """linear -> erf (no NPU lowering: a CPU segment) -> linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.b = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.b(torch.erf(self.a(x)))
+
+
+@functools.cache
+def with_cpu_segments():
+    torch.manual_seed(0)
+    return lower(ErfInTheMiddle().eval(), (torch.randn(2, 16),))
+
+
+MODELS = {"with_cpu_segments": with_cpu_segments, "cnn_fp16": cnn_fp16, "block_fp16": block_fp16, "cnn_int8": cnn_int8}
