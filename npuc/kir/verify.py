@@ -7,8 +7,8 @@ form's tests.  A kernel is well formed when
   attribute record (or None where the kind has none); an int8 kernel of a kind that requantizes
   carries a ``quant`` record;
 * every tensor it touches names a buffer of the model and lies inside it, with non-negative
-  strides; its output is written once per element (no zero stride over a dimension > 1) in the
-  kernel's element type;
+  strides; its output is written once per element (no zero stride over a dimension > 1) and
+  every tensor is in the kernel's element type (but an int8 kernel's int32 constants);
 * every tensor it reads is defined before it: a constant, a model input, a value its segment
   receives, or a buffer an earlier kernel (of this or an earlier NPU segment) wrote;
 * every epilogue step is a graph op with the EPILOGUE trait, with the operands its arity asks
@@ -27,7 +27,7 @@ import numpy as np
 from npuc.errors import VerifyError
 from npuc.isa.enums import DType
 from npuc.kir.kernel import BINARY_EPILOGUE_OPS, KERNEL_KINDS, UNARY_EPILOGUE_OPS, EpilogueOp, Kernel
-from npuc.kir.program import CONSTANT, INPUT, LKernel, LoweredModel, NpuSegment
+from npuc.kir.program import CONSTANT, INPUT, LoweredModel, NpuSegment
 from npuc.kir.tensor import DramTensor
 
 
@@ -39,13 +39,14 @@ def verify_lowered(m: LoweredModel) -> LoweredModel:
         if h.buffer not in sizes or h.offset < 0 or h.offset + h.nbytes > sizes[h.buffer]:
             raise VerifyError(f"value %{h.value} is stored outside its buffer {h.buffer}")
     defined = {b.name for b in m.buffers if b.kind in (CONSTANT, INPUT)}
+    constants = frozenset(b.name for b in m.buffers if b.kind == CONSTANT)
     for seg in m.segments:
         if not isinstance(seg, NpuSegment):
             defined |= {homes[v].buffer for v in seg.outputs if v in homes}
             continue
         available = defined | {homes[v].buffer for v in seg.inputs if v in homes}
         for lk in seg.kernels:
-            verify_kernel(lk.kernel, sizes, available)
+            verify_kernel(lk.kernel, sizes, available, constants)
             available.add(lk.kernel.output.name)
         for v in seg.outputs:
             if v in homes and homes[v].buffer not in available:
@@ -54,9 +55,11 @@ def verify_lowered(m: LoweredModel) -> LoweredModel:
     return m
 
 
-def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | None = None) -> None:
+def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | None = None,
+                  constants: frozenset[str] = frozenset()) -> None:
     """VerifyError unless ``k`` is well formed over buffers of ``sizes`` (name -> bytes), reading
-    only buffers in ``defined`` (None: do not check the order of definitions)."""
+    only buffers in ``defined`` (None: do not check the order of definitions); ``constants``
+    names the constant buffers (an int8 kernel's int32 biases and REQUANT records live there)."""
     where = f"kernel {k.name}"
     if k.kind not in KERNEL_KINDS:
         raise VerifyError(f"{where}: '{k.kind}' is not a kernel kind (known: {', '.join(sorted(KERNEL_KINDS))})")
@@ -72,6 +75,10 @@ def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | Non
     out = k.output
     if out.dtype != k.dtype:
         raise VerifyError(f"{where}: writes {out.dtype.name} into {out.name}, but computes in {k.dtype.name}")
+    for t in k.inputs + tuple(e.operand for e in k.epilogue if e.operand is not None):
+        if t.dtype != k.dtype and not (k.dtype == DType.int8 and t.dtype == DType.int32 and t.name in constants):
+            raise VerifyError(f"{where}: reads {t.dtype.name} {t.name} but computes in {k.dtype.name} "
+                              "(only an int8 kernel's int32 constants may differ)")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides)):
         raise VerifyError(f"{where}: its output {out} repeats elements (a zero stride): a result would be lost")
     if defined is not None:
@@ -109,12 +116,3 @@ def _check_epilogue(where: str, e: EpilogueOp, out: DramTensor) -> None:
             shape = None
         if shape != tuple(out.shape):
             raise VerifyError(f"{where}: epilogue operand {e.operand} does not broadcast to the output's shape {out.shape}")
-
-
-def verify_segment(seg: NpuSegment, sizes: dict[str, int]) -> NpuSegment:
-    """VerifyError unless every kernel of ``seg`` is well formed (definitions not checked)."""
-    for lk in seg.kernels:
-        if not isinstance(lk, LKernel):
-            raise VerifyError(f"npu segment {seg.name}: {lk!r} is not a lowered kernel")
-        verify_kernel(lk.kernel, sizes)
-    return seg

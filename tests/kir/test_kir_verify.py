@@ -77,6 +77,9 @@ def test_outputs_written_once_in_the_kernel_type():
     out = m.kernels()[0].kernel.output
     _fails(_with_kernel(m, 0, output=replace(out, strides=out.strides[:1] + (0,) + out.strides[2:])), "repeats elements")
     _fails(_with_kernel(m, 0, dtype=DType.fp32), "writes fp16 into")
+    x = m.kernels()[0].kernel.inputs[0]
+    _fails(_with_kernel(m, 0, inputs=(replace(x, dtype=DType.int8),) + m.kernels()[0].kernel.inputs[1:]),
+           "reads int8 x but computes in fp16")
 
 
 def test_epilogue_steps():
