@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 MAGIC = b"\x89NPUB\r\n\x1a"
-FORMAT_VERSION = (1, 0)  # (major, minor) this npuc writes and reads
+FORMAT_VERSION = (2, 0)  # (major, minor) this npuc writes and reads; 2: four instruction queues and LOOP
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -303,7 +303,7 @@ def _check_header_fields(data: bytes, h: _Header, source: str | None) -> str:
         what = "truncated" if len(data) < file_size else f"followed by {len(data) - file_size} extra bytes"
         raise _fail(source, "header", f"the header says the file has {file_size} bytes but it has {len(data)}: it is {what}")
     if flags:
-        raise _fail(source, "header", f"flags are {flags:#x}; no flag is defined in format version 1, they must be 0")
+        raise _fail(source, "header", f"flags are {flags:#x}; no flag is defined in format version {FORMAT_VERSION[0]}, they must be 0")
     if reserved:
         raise _fail(source, "header", f"the reserved field is {reserved}; it must be 0")
     raw_name = data[_HEADER.size : _HEADER.size + name_len]
@@ -336,13 +336,13 @@ def _check_kind(kind: int, flags: int, previous: int, minor: int, where: str, so
             raise _fail(source, where, f"section {_kind_name(kind)} has flags {flags:#x}, not {section_flags(SectionKind(kind)):#x}")
         return
     if minor <= FORMAT_VERSION[1]:
-        raise _fail(source, where, f"section kind {kind} is unknown to format version 1.{minor}")
+        raise _fail(source, where, f"section kind {kind} is unknown to format version {FORMAT_VERSION[0]}.{minor}")
     if flags & FLAG_REQUIRED:
         raise _fail(
             source,
             where,
-            f"required section kind {kind} of format version 1.{minor} is unknown to this npuc (it reads "
-            f"1.{FORMAT_VERSION[1]}); use a newer npuc",
+            f"required section kind {kind} of format version {FORMAT_VERSION[0]}.{minor} is unknown to this npuc (it reads "
+            f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}); use a newer npuc",
         )
 
 

@@ -112,7 +112,7 @@ def test_example_bytes_are_pinned():
     assert digest == PINNED_EXAMPLE_SHA256
 
 
-PINNED_EXAMPLE_SHA256 = "b0b4573b39fe18f02000f2c1ed764d0158b3ccdf7ee997c742dd1e06c47e5b39"
+PINNED_EXAMPLE_SHA256 = "56f0779326dd3e61079aa118bf172f79bdd08a069e0c8f303f807df6436da28c"
 
 
 # ----------------------------------------------------------------------------------- layout
@@ -179,7 +179,7 @@ def test_newer_minor_with_unknown_required_section_is_refused():
 
 def test_current_minor_with_unknown_section_is_refused():
     data = _with_extra_section(FORMAT_VERSION[1], 40, 0)
-    with pytest.raises(BinaryFormatError, match="unknown to format version 1.0"):
+    with pytest.raises(BinaryFormatError, match="unknown to format version 2.0"):
         load(data)
 
 
