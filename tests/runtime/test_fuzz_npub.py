@@ -52,7 +52,7 @@ def _bases() -> list[bytes]:
     minimal = Npub("t", bytes(32), (), b"", MemoryPlan(24, (), ()), IOSignature((x,), (x,)), ())
     # A file of a newer minor version with an optional section this npuc does not know.
     c = split_container(full.to_bytes())
-    future = assemble(dataclasses.replace(c, version=(1, 7), sections=c.sections + (RawSection(77, 0, b"later"),)))
+    future = assemble(dataclasses.replace(c, version=(FORMAT_VERSION[0], 7), sections=c.sections + (RawSection(77, 0, b"later"),)))
     return [full.to_bytes(), stripped.to_bytes(), minimal.to_bytes(), future]
 
 

@@ -163,7 +163,7 @@ def test_required_flags_and_kind_order():
 def _with_extra_section(minor: int, kind: int, flags: int) -> bytes:
     c = split_container(example_npub().to_bytes())
     sections = c.sections + (RawSection(kind, flags, b"future data"),)
-    return assemble(dataclasses.replace(c, version=(1, minor), sections=sections))
+    return assemble(dataclasses.replace(c, version=(FORMAT_VERSION[0], minor), sections=sections))
 
 
 def test_newer_minor_with_unknown_optional_section_loads():
