@@ -490,8 +490,14 @@ def explore_cmd(model, base, sweeps, quantize, calibration, objectives, constrai
     from npuc.dse.progress import SweepProgress
     from npuc.zoo import load_model
 
+    from npuc.zoo import ZOO
+
     module, inputs = load_model(model)
-    samples = _calibration_samples(model, inputs, quantize, calibration, None)
+    if calibration is not None and quantize is None:
+        raise click.UsageError("--calibration needs --quantize int8")
+    samples = None  # a user model calibrates on its example inputs
+    if quantize is not None and (model in ZOO or calibration is not None):
+        samples = _calibration_samples(model, inputs, quantize, calibration, None)
     cache = False if no_cache else (cache_dir if cache_dir is not None else True)
     with SweepProgress(err_console) as progress:
         res = npuc.explore(module, inputs, base=base, sweep=list(sweeps), quantize=quantize, calibration=samples,

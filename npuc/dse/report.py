@@ -96,11 +96,11 @@ def _pareto_figures(res) -> list:
             pts = sorted((r for r in live if r["pareto"] is on_front), key=lambda r: (r[x], r[y]))
             fig.add_trace(go.Scatter(
                 x=[r[x] * _SCALE[x] for r in pts], y=[r[y] * _SCALE[y] for r in pts],
-                mode="markers+lines" if on_front and x != y else "markers", name=name,
+                mode="markers", name=name,
                 text=[f"{r['design']}: {_label(res, r)} ({r['tier']})" for r in pts],
                 marker={"size": size, "symbol": "diamond" if on_front else "circle",
                         "color": "#d62728" if on_front else "#7f9fbf"},
-                line={"dash": "dot", "width": 1}, hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>",
+                hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>",
             ))
         fig.update_layout(title=f"{_LABEL[y]} against {_LABEL[x]}", template="plotly_white",
                           xaxis={"title": _LABEL[x]}, yaxis={"title": _LABEL[y]},
@@ -143,10 +143,10 @@ def _layers_figure(res, design: str):
         names = [f"{i}:{l['name']}" for i, l in enumerate(layers)]
         text = [f"{l['name']} ({l['op']}), bound by {l['bound']}" for l in layers]
         fig.add_trace(go.Bar(x=names, y=[l["cycles"] for l in layers], name=f"{did} cycles", visible=k == 0,
-                             text=text, hovertemplate="%{text}<br>%{y:,} cycles<extra></extra>",
+                             hovertext=text, hovertemplate="%{hovertext}<br>%{y:,} cycles<extra></extra>",
                              marker={"color": "#1f77b4"}), row=1, col=1)
         fig.add_trace(go.Bar(x=names, y=[l["energy_pj"] / 1e6 for l in layers], name=f"{did} energy",
-                             visible=k == 0, text=text, hovertemplate="%{text}<br>%{y:.4g} uJ<extra></extra>",
+                             visible=k == 0, hovertext=text, hovertemplate="%{hovertext}<br>%{y:.4g} uJ<extra></extra>",
                              marker={"color": "#ff7f0e"}), row=2, col=1)
         vis = [False] * (2 * len(ids))
         vis[2 * k] = vis[2 * k + 1] = True

@@ -164,9 +164,9 @@ def _check_alone(doc: dict, key: str, value: Any) -> None:
         target_from_dict(trial, "the sweep")
     except TargetError as e:
         for line in str(e).splitlines():
-            if f"key '{key}'" in line:
-                reason = line.split(f"key '{key}': ", 1)[-1]
-                raise ExploreError(f"--sweep {key}={format_value(value)}: {reason}") from None
+            m = re.search(rf"key '{re.escape(key)}(\.\d+)?': (.*)$", line)
+            if m:
+                raise ExploreError(f"--sweep {key}={format_value(value)}: {m.group(2)}") from None
 
 
 @dataclass(frozen=True)

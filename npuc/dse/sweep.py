@@ -302,14 +302,12 @@ def _row(d: Design, ev: _Evaluator, area: float | None, cons: Sequence[Constrain
     row.update({
         "latency_s": figures["latency_s"], "energy_j": figures["energy_j"], "area_mm2": area,
         "dram_bytes": figures["dram_bytes"], "feasible": feasible, "pareto": False,
-        "tier": (sim or est or {}).get("tier", "") if (sim or est) else "",
+        "tier": "" if (static or d.target is None or best is None) else best["tier"],
         "cycles": figures["cycles"],
         "est_latency_s": est["latency_s"] if ok else None, "est_energy_j": est["energy_j"] if ok else None,
         "est_dram_bytes": est["dram_bytes"] if ok else None,
         "reason": reason, "design": d.id,
     })
-    if not feasible and reason and row["tier"] == "":
-        row["tier"] = "static"
     return row
 
 
