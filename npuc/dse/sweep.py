@@ -13,7 +13,11 @@ The model is imported (exported, and quantized with ``quantize="int8"``, for the
 once.  Every design is screened by the analytical tier; the simulator then confirms the Pareto
 front: the front is recomputed with the simulated figures and any new member is simulated, until
 every design on the front has simulated figures (``confirm="all"`` simulates every design,
-``"none"`` none).  Results are cached by content (npuc.dse.cache).
+``"none"`` none).  A design the simulator did not confirm shows its analytical figures scaled by
+the median simulated/estimated ratio of the designs it did (:func:`calibration`; the raw
+estimates are in the ``est_`` columns), so that the screen's systematic bias (its energy counts
+MACs and compulsory DRAM traffic only) does not pull unconfirmed designs onto the front.  Results
+are cached by content (npuc.dse.cache).
 """
 
 from __future__ import annotations
@@ -280,7 +284,25 @@ def _choose_designs(dims, search, budget, seed, obj_cols, design_of, static_reas
     return [design_of(a) for a in assignments]
 
 
-def _row(d: Design, ev: _Evaluator, area: float | None, cons: Sequence[Constraint], static: str) -> dict:
+CALIBRATED = ("latency_s", "energy_j", "dram_bytes", "cycles")
+
+
+def calibration(designs, ev: _Evaluator) -> dict[str, float]:
+    """The median simulated/estimated ratio of each figure over the designs both tiers evaluated
+    (1.0 before any): the analytical figures of unconfirmed designs are scaled by it, so that they
+    compare with simulated ones without the screen's systematic bias."""
+    ratios: dict[str, list[float]] = {c: [] for c in CALIBRATED}
+    for d in designs:
+        est, sim = ev.get(d, SCREEN), ev.get(d, SIMULATE)
+        if est and sim and est.get("feasible") and sim.get("feasible"):
+            for c in CALIBRATED:
+                if est[c]:
+                    ratios[c].append(sim[c] / est[c])
+    return {c: statistics.median(v) if v else 1.0 for c, v in ratios.items()}
+
+
+def _row(d: Design, ev: _Evaluator, area: float | None, cons: Sequence[Constraint], static: str,
+         scale: dict[str, float]) -> dict:
     row: dict[str, Any] = {k: v for k, v in d.assignment}
     est = ev.get(d, SCREEN)
     sim = ev.get(d, SIMULATE)
@@ -289,7 +311,9 @@ def _row(d: Design, ev: _Evaluator, area: float | None, cons: Sequence[Constrain
     if not reason and best is not None and not best.get("feasible"):
         reason = best.get("reason", "")
     feasible = not reason and best is not None
-    figures = {c: (best.get(c) if feasible else None) for c in ("latency_s", "energy_j", "dram_bytes", "cycles")}
+    figures: dict[str, Any] = {c: (best.get(c) if feasible else None) for c in CALIBRATED}
+    if feasible and best is est:
+        figures = {c: (round(v * scale[c]) if isinstance(v, int) else v * scale[c]) for c, v in figures.items()}
     figures["area_mm2"] = area
     if feasible:
         for c in cons:
@@ -325,7 +349,8 @@ def _confirm(designs, ev, area_of, obj_cols, cons, static_reason, confirm) -> li
     reasons = {d.id: static_reason(d) for d in designs}
 
     def rows_now() -> list[dict]:
-        rows = [_row(d, ev, area_of[d.id], cons, reasons[d.id]) for d in designs]
+        scale = calibration(designs, ev)
+        rows = [_row(d, ev, area_of[d.id], cons, reasons[d.id], scale) for d in designs]
         _flag_front(rows, obj_cols)
         return rows
 
