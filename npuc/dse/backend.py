@@ -37,10 +37,17 @@ def _init_worker(payload: Payload) -> None:
 
 
 def run_task(graph, quantize, task) -> tuple:
-    from npuc.dse.evaluate import SCREEN, screen, simulate
+    """Evaluate one design.  An exception that is not an NpucError is a bug in npuc: the design
+    becomes an infeasible row saying so (marked ``internal``, never cached), and the sweep goes on."""
+    from npuc.dse.evaluate import SCREEN, infeasible, screen, simulate
 
     tag, tier, target = task
-    return tag, (screen if tier == SCREEN else simulate)(graph, target, quantize)
+    try:
+        return tag, (screen if tier == SCREEN else simulate)(graph, target, quantize)
+    except Exception as e:  # noqa: BLE001 (reported in the row, see the docstring)
+        result = infeasible(tier, f"internal error in npuc (please report it): {type(e).__name__}: {e}")
+        result["internal"] = True
+        return tag, result
 
 
 def _worker_task(task) -> tuple:

@@ -100,7 +100,8 @@ class _Evaluator:
         self.progress.begin(tier, len(todo))
         for tag, result in self.backend.run(todo):
             key, d = keys[tag]
-            self.cache.put(key, result)
+            if not result.get("internal"):
+                self.cache.put(key, result)
             self.results[(tag, tier)] = result
             self.computed[tier] += 1
             if on_result is not None:

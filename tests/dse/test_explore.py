@@ -169,3 +169,18 @@ def test_bad_arguments(graph):
     doc["area"] = None
     with pytest.raises(ExploreError, match=r"has no \[area\] section"):
         npuc.explore(graph, base=target_from_dict(doc), sweep={"array.rows": [8]}, cache_dir=None)
+
+
+def test_a_compiler_bug_is_a_row_not_a_crash_and_is_not_cached(graph, tmp_path, monkeypatch):
+    from npuc.dse import evaluate
+
+    def broken(graph_, target, quantize):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(evaluate, "simulate", broken)
+    res = npuc.explore(graph, sweep={"array.rows": [8]}, jobs=1, cache_dir=tmp_path / "c")
+    (row,) = res.rows
+    assert not row["feasible"] and "internal error in npuc (please report it): ZeroDivisionError: boom" in row["reason"]
+    monkeypatch.undo()
+    again = npuc.explore(graph, sweep={"array.rows": [8]}, jobs=1, cache_dir=tmp_path / "c")
+    assert again.rows[0]["feasible"] and again.stats["computed"] == {"analytical": 0, "simulated": 1}
