@@ -99,11 +99,24 @@ def resource_cycles(actions, target) -> dict[str, float]:
     }
 
 
+def actions_by_layer(prof, programs) -> dict[tuple[str, str], Any]:
+    """The summed actions of each NPU layer of a profile, by (segment name, layer name)."""
+    from npuc.report import profile as profile_mod
+
+    # npuc.report.profile's per-instruction actions (public as instruction_actions once issue 11 lands).
+    per_instruction = getattr(profile_mod, "instruction_actions", None) or profile_mod._instruction_actions
+    out: dict[tuple[str, str], Any] = {}
+    npu_runs = [r for r in prof.runs if r.kind != "cpu"]
+    for r, labels in zip(npu_runs, prof.labels):
+        for lab, a in zip(labels, per_instruction(programs[r.index], prof.target)):
+            key = (r.name, lab or "(program)")
+            out[key] = out[key] + a if key in out else a
+    return out
+
+
 def layer_rows(prof, art) -> list[dict[str, Any]]:
     """Per layer: name, op, kind, cycles, energy, MACs, DRAM bytes, each resource's busy share and
     the resource that bounds it (the one whose peak-rate time is largest; "host" on the CPU)."""
-    from npuc.report.profile import actions_by_layer
-
     acts = actions_by_layer(prof, art._executor.programs)
     rows = []
     for layer in prof.layers:

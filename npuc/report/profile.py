@@ -154,17 +154,6 @@ def _instruction_actions(program, target) -> list[Actions]:
     return out
 
 
-def actions_by_layer(p: Profile, programs) -> dict[tuple[str, str], Actions]:
-    """The summed actions of each NPU layer, by (segment name, layer name) as in ``p.layers``."""
-    out: dict[tuple[str, str], Actions] = {}
-    npu_runs = [r for r in p.runs if r.kind != "cpu"]
-    for r, labels in zip(npu_runs, p.labels):
-        for lab, a in zip(labels, _instruction_actions(programs[r.index], p.target)):
-            key = (r.name, lab or "(program)")
-            out[key] = out[key] + a if key in out else a
-    return out
-
-
 def attribute_cycles(starts, ends, labels) -> dict[str, int]:
     """Cycles per label by the completion rule of the module docstring (they sum to the total)."""
     out: dict[str, int] = {}
