@@ -31,10 +31,10 @@ from typing import Any, Callable, Sequence
 from npuc.errors import ExploreError
 from npuc.dse.cache import ResultCache, default_cache_dir, entry_key, graph_digest
 from npuc.dse.evaluate import SCREEN, SIMULATE, infeasible
-from npuc.dse.objectives import DEFAULT_OBJECTIVES, FIGURES, Constraint, objective_columns, parse_constraint
+from npuc.dse.objectives import DEFAULT_OBJECTIVES, Constraint, objective_columns, parse_constraint
 from npuc.dse.pareto import pareto_flags
 from npuc.dse.search import DEFAULT_BUDGET, SEARCHES, grid, nsga2_designs, random_designs, space_size
-from npuc.dse.space import Design, Dimension, dimensions, format_value, make_design
+from npuc.dse.space import Design, Dimension, dimensions, make_design
 
 CONFIRM = ("front", "all", "none")
 RESULT_COLUMNS = ("latency_s", "energy_j", "area_mm2", "dram_bytes", "feasible", "pareto", "tier", "cycles",
@@ -387,12 +387,8 @@ def disagreement(designs, ev, rows, obj_cols) -> dict[str, Any]:
             out[k] = {"median_abs": statistics.median(mags), "max_abs": max(mags),
                       "mean": statistics.fmean(v)}
     # The front the screen alone would have given, against the confirmed front.
-    est_rows = []
-    for r in rows:
-        if r["feasible"] and r["est_latency_s"] is not None:
-            est_rows.append(r)
-    est_points = [tuple(float(r["area_mm2"] if c == "area_mm2" else r["est_" + c] if ("est_" + c) in r else r[c])
-                        for c in obj_cols) for r in est_rows]
+    est_rows = [r for r in rows if r["feasible"] and r["est_latency_s"] is not None]
+    est_points = [tuple(float(r.get("est_" + c, r[c])) for c in obj_cols) for r in est_rows]
     est_front = {r["design"] for r, f in zip(est_rows, pareto_flags(est_points)) if f}
     final = {r["design"] for r in rows if r["pareto"]}
     out["screen_front"] = len(est_front)
@@ -401,9 +397,3 @@ def disagreement(designs, ev, rows, obj_cols) -> dict[str, Any]:
     out["simulated"] = sum(1 for d in designs if ev.get(d, SIMULATE) is not None)
     return out
 
-
-def value_text(v: Any) -> str:
-    return format_value(v)
-
-
-__all__ = ["ExploreResult", "explore", "FIGURES"]
