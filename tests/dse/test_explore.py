@@ -14,6 +14,8 @@ from npuc.errors import ExploreError
 from tests.browser import render
 from tests.dse.tiny import build
 
+pytestmark = pytest.mark.xdist_group("dse-explore")  # one worker builds the module's sweep once
+
 SWEEP = {"array.rows": [8, 16], "array.cols": [8, 16], "scratchpad.size_bytes": [4096, 65536]}
 
 
