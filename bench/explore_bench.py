@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -36,12 +37,19 @@ SPACE = {
 SMALL = {"array.rows": [8, 16], "array.cols": [16, 32], "dma.bytes_per_cycle": [8, 32]}
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the worker processes)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def sweep(model: str, space: dict, jobs: int | None, cache: Path, out: Path | None):
     module, inputs = load_model(model)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     res = npuc.explore(module, inputs, base="npu-mid", sweep=space, jobs=jobs, cache_dir=cache, name=model,
                        out=out)
-    return res, time.perf_counter() - t0
+    return res, time.perf_counter() - t0, _cpu_s() - c0
 
 
 def worth(res) -> list[str]:
@@ -77,22 +85,22 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write each model's results and report under DIR/<model>")
     args = ap.parse_args()
     space = SMALL if args.small else SPACE
-    print(f"{os.cpu_count()} CPUs, jobs {args.jobs or os.cpu_count()}; space: "
+    print(f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}), jobs {args.jobs or os.cpu_count()}; space: "
           + " x ".join(f"{k} ({len(v)})" for k, v in space.items()))
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="npuc-explore-bench-") as tmp:
             cache = Path(tmp) / "cache"
             out = args.out / model.replace(":", "_") if args.out else None
-            cold, cold_s = sweep(model, space, args.jobs, cache, out)
-            warm, warm_s = sweep(model, space, args.jobs, cache, None)
+            cold, cold_s, cold_cpu = sweep(model, space, args.jobs, cache, out)
+            warm, warm_s, warm_cpu = sweep(model, space, args.jobs, cache, None)
         n = len(cold.rows)
         feasible = sum(1 for r in cold.rows if r["feasible"])
         c = cold.stats["computed"]
         d = cold.disagreement
         print(f"\n{model}: {n} designs, {feasible} feasible, {len(cold.front)} on the Pareto front")
-        print(f"  cold cache: {cold_s:7.1f} s wall, {n / cold_s:6.2f} designs/s "
+        print(f"  cold cache: {cold_s:7.1f} s wall, {n / cold_s:6.2f} designs/s, {cold_cpu:7.1f} CPU s "
               f"({c['analytical']} screened, {c['simulated']} simulated)")
-        print(f"  warm cache: {warm_s:7.1f} s wall, {n / warm_s:6.2f} designs/s "
+        print(f"  warm cache: {warm_s:7.1f} s wall, {n / warm_s:6.2f} designs/s, {warm_cpu:7.1f} CPU s "
               f"(computed {sum(warm.stats['computed'].values())}, {sum(warm.stats['cached'].values())} from the cache;"
               " the model is still exported and imported once)")
         if d.get("designs_compared"):
