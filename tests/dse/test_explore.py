@@ -83,6 +83,15 @@ def test_two_tiers_and_their_disagreement(swept):
     assert d["designs_compared"] >= len(res.front) and d["simulated"] >= len(res.front)
     assert 0 <= d["latency_s"]["median_abs"] <= d["latency_s"]["max_abs"] < 0.5
     assert all(r["est_latency_s"] is not None for r in res.rows if r["feasible"])
+    # Unconfirmed designs show the estimate scaled by the median simulated/estimated ratio.
+    sim = [r for r in res.rows if r["tier"] == "simulated"]
+    ratios = sorted(r["latency_s"] / r["est_latency_s"] for r in sim)
+    n = len(ratios)
+    median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    assert any(r["tier"] == "analytical" for r in res.rows)
+    for r in res.rows:
+        if r["tier"] == "analytical":
+            assert r["latency_s"] == pytest.approx(r["est_latency_s"] * median, rel=1e-12)
 
 
 def test_infeasible_designs_are_rows_with_a_reason(graph, tmp_path):
