@@ -133,8 +133,10 @@ def dimensions(base: Target, sweeps: Mapping[str, Sequence[Any]] | Sequence[str]
             raise ExploreError(f"the target file has no key '{key}' to sweep; the keys are: {', '.join(keys)}") from None
         if key not in keys:
             raise ExploreError(f"'{key}' is not a numeric or enumerated key of the target file; the keys are: {', '.join(keys)}")
-        if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-            raise ExploreError(f"the values of '{key}' must be a list, got {raw!r}")
+        if isinstance(raw, str):
+            raw = [t.strip() for t in raw.split(",") if t.strip()]  # "8,16,32", as on the command line
+        elif not isinstance(raw, Sequence):
+            raise ExploreError(f"the values of '{key}' must be a list (or 'V1,V2,...'), got {raw!r}")
         values = [parse_value(key, v, like) if isinstance(v, str) else _typed(key, v, like) for v in raw]
         if not values:
             raise ExploreError(f"--sweep {key} has no values")

@@ -162,7 +162,8 @@ def explore(
     quantize: str | None = None,
     calibration=None,
     objectives: Sequence[str] | str = DEFAULT_OBJECTIVES,
-    constraints: Sequence[str] = (),
+    constraints: Sequence[str] | str = (),
+    constraint: Sequence[str] | str | None = None,
     search: str = "grid",
     budget: int | None = None,
     backend: str = "local",
@@ -181,7 +182,8 @@ def explore(
     ``model`` is a torch module (with ``example_inputs``), a MODEL name as for ``npuc compile``
     (a zoo entry or ``file.py:function``), or an already optimized graph.  ``sweep`` maps dotted
     target keys to their values (or is a list of ``KEY=V1,V2`` strings).  ``cache_dir``: True for
-    the default cache folder, None/False for none.  With ``out``, writes results.csv,
+    the default cache folder, None/False for none.  ``constraints`` (or ``constraint``, as the
+    CLI's flag) are ``COLUMN OP NUMBER`` strings.  With ``out``, writes results.csv,
     results.json and report.html there; ``chosen`` names the design whose layers the report
     details (default: the front's best in the first objective).
     """
@@ -194,7 +196,9 @@ def explore(
     dims = dimensions(base_t, sweep)
     obj_cols = objective_columns(objectives)
     swept = [d.key for d in dims]
-    cons = [parse_constraint(c, swept) for c in constraints]
+    texts = [constraints] if isinstance(constraints, str) else list(constraints)
+    texts += [] if constraint is None else [constraint] if isinstance(constraint, str) else list(constraint)
+    cons = [parse_constraint(c, swept) for c in texts]
     if search not in SEARCHES:
         raise ExploreError(f"unknown search '{search}': choose {', '.join(SEARCHES)}")
     if confirm not in CONFIRM:

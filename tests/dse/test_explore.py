@@ -104,7 +104,7 @@ def test_infeasible_designs_are_rows_with_a_reason(graph, tmp_path):
     assert "layer conv (conv2d+relu)" in by[256]["reason"] and "does not fit" in by[256]["reason"]
     assert by[65536]["feasible"] and by[65536]["pareto"]
     res2 = npuc.explore(graph, sweep={"scratchpad.size_bytes": [65536, 524288]}, jobs=1,
-                        constraints=["area_mm2<=0.3"], cache_dir=None)
+                        constraint="area_mm2<=0.3", cache_dir=None)
     big = next(r for r in res2.rows if r["scratchpad.size_bytes"] == 524288)
     assert not big["feasible"] and big["reason"].startswith("constraint area_mm2<=0.3 fails (area_mm2 = 0.33")
 

@@ -28,6 +28,7 @@ def test_dimensions_from_strings_and_mappings():
     assert [d.key for d in dims] == ["array.rows", "array.dataflows"]
     assert dims[1].values == (["weight_stationary"], ["weight_stationary", "output_stationary"])
     assert dimensions(MID, {"clock.mhz": [400, 800]})[0].values == (400.0, 800.0)
+    assert dimensions(MID, {"array.rows": "8,16,32"})[0].values == (8, 16, 32)
 
 
 def test_every_numeric_or_enumerated_key_is_sweepable():
