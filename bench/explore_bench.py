@@ -60,16 +60,21 @@ def worth(res) -> list[str]:
         parts = []
         for v in d.values:
             lat = [r["latency_s"] for r in live if r[d.key] == v]
-            parts.append(f"{format_value(v)}: {statistics.median(lat) * 1e3:.3g} ms" if lat else f"{format_value(v)}: -")
+            parts.append(f"{short(v)}: {statistics.median(lat) * 1e3:.3g} ms" if lat else f"{short(v)}: -")
         lines.append(f"    {d.key:<24} " + ", ".join(parts))
     return lines
+
+
+def short(v) -> str:
+    """A swept value for a narrow column (dataflows as WS / OS)."""
+    return format_value(v).replace("weight_stationary", "WS").replace("output_stationary", "OS")
 
 
 def front_table(res, limit: int = 12) -> list[str]:
     keys = [d.key for d in res.dimensions]
     lines = ["    " + "  ".join(f"{k.split('.')[-1]:>14}" for k in keys) + f"  {'ms':>8} {'mJ':>7} {'mm^2':>6} {'DRAM MB':>8}"]
     for r in sorted(res.front, key=lambda r: r["latency_s"])[:limit]:
-        lines.append("    " + "  ".join(f"{format_value(r[k])[:14]:>14}" for k in keys)
+        lines.append("    " + "  ".join(f"{short(r[k]):>14}" for k in keys)
                      + f"  {r['latency_s'] * 1e3:>8.3f} {r['energy_j'] * 1e3:>7.3f} {r['area_mm2']:>6.3f}"
                      f" {r['dram_bytes'] / 1e6:>8.2f}")
     if len(res.front) > limit:
