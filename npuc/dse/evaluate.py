@@ -36,7 +36,7 @@ def screen(graph, target, quantize: str | None) -> dict:
     from npuc.lower.fusion import fuse
     from npuc.lower.partition import partition
     from npuc.lower.precision import choose_precision
-    from npuc.lower.program import NpuSegment
+    from npuc.kir.program import NpuSegment
 
     try:
         precision = choose_precision(target, quantize)
