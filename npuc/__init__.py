@@ -7,6 +7,7 @@ The Python API::
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
     art = npuc.load("model.npub")                     # validated; refuses another target's binary
+    res = npuc.explore(model, inputs, base="npu-mid", sweep={"array.rows": [8, 16, 32]}, out="dse/")
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _API = {
     "import_model": "npuc.pipeline",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
+    "explore": "npuc.dse.sweep",
 }
 
 

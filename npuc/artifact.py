@@ -139,6 +139,17 @@ class Artifact:
                 f"{len(self.npub.cpu_fallback)} CPU segments)")
 
 
+def zero_inputs(art: Artifact) -> tuple[torch.Tensor, ...]:
+    """Zero inputs of the artifact's input shapes and types (timing does not depend on the values)."""
+    from npuc.runtime.executor import is_quantized, logical_shape
+
+    out = []
+    for io in art.npub.io_signature.inputs:
+        dtype = torch.float32 if io.type.dtype.is_float or is_quantized(io.type) else io.type.dtype.torch
+        out.append(torch.zeros(logical_shape(io.type), dtype=dtype))
+    return tuple(out)
+
+
 # ------------------------------------------------------------------------------------ targets
 
 

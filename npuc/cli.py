@@ -55,6 +55,8 @@ def main() -> None:
       npuc compile torchvision:resnet18 -o r.npub   compile for the default NPU
       npuc run r.npub                           run it on the simulator, check against PyTorch
       npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy
+      npuc explore torchvision:resnet18 --sweep array.rows=8,16,32 --out dse/
+                                                sweep the hardware, Pareto front and report
       npuc demo                                 all of it on MobileNetV2
     """
 
@@ -441,15 +443,95 @@ def profile_cmd(binary, trace, target):
 
 def _zero_inputs(art):
     """Inputs of the right shapes and types (timing does not depend on the values)."""
-    import torch
+    from npuc.artifact import zero_inputs
 
-    from npuc.runtime.executor import is_quantized, logical_shape
+    return zero_inputs(art)
 
-    out = []
-    for io in art.npub.io_signature.inputs:
-        dtype = torch.float32 if io.type.dtype.is_float or is_quantized(io.type) else io.type.dtype.torch
-        out.append(torch.zeros(logical_shape(io.type), dtype=dtype))
-    return tuple(out)
+
+# ------------------------------------------------------------------------------------ explore
+
+
+@main.command("explore", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--base", default="npu-mid", show_default=True, metavar="NAME|FILE",
+              help="The target the sweep starts from (a preset or a target file).")
+@click.option("--sweep", "sweeps", multiple=True, required=True, metavar="KEY=V1,V2,...",
+              help="A dotted target key and its values (repeatable); sizes may end in K or M, lists join "
+                   "entries with '+' (array.dataflows=weight_stationary+output_stationary).")
+@click.option("--quantize", type=click.Choice(["int8"]), default=None, help="Explore the int8 model.")
+@click.option("--calibration", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --quantize: calibrate on N samples of the zoo model's inputs (default 8).")
+@click.option("--objectives", default="latency,energy,area", show_default=True,
+              help="Objectives to minimize: latency, energy, area, dram, cycles (comma-separated).")
+@click.option("--constraint", "constraints", multiple=True, metavar="COLUMN<=X",
+              help="A design failing it is infeasible (repeatable), e.g. area_mm2<=2.0 or latency_s<0.005.")
+@click.option("--search", type=click.Choice(["grid", "random", "nsga2"]), default="grid", show_default=True)
+@click.option("--budget", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Designs to draw (random, default 32) or trials to run (nsga2, default 64).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Local worker processes, or a Ray cluster (--ray-address; a local one when omitted).")
+@click.option("--ray-address", default=None, metavar="ADDR", help="The address of a running Ray cluster.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes (default: one per CPU).")
+@click.option("--confirm", type=click.Choice(["front", "all", "none"]), default="front", show_default=True,
+              help="Which designs the simulator confirms after the analytical screen.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Result cache folder (default $NPUC_CACHE_DIR or ~/.cache/npuc/explore).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random and nsga2 searches.")
+@click.option("--chosen", default=None, metavar="DESIGN", help="The design whose layers the report details.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for results.csv, results.json and report.html.")
+@user_errors
+def explore_cmd(model, base, sweeps, quantize, calibration, objectives, constraints, search, budget, backend,
+                ray_address, jobs, confirm, cache_dir, no_cache, seed, chosen, out):
+    """Sweep target parameters around --base with the compiler and the simulator in the loop."""
+    import npuc
+    from npuc.dse.progress import SweepProgress
+    from npuc.zoo import load_model
+
+    from npuc.zoo import ZOO
+
+    module, inputs = load_model(model)
+    if calibration is not None and quantize is None:
+        raise click.UsageError("--calibration needs --quantize int8")
+    samples = None  # a user model calibrates on its example inputs
+    if quantize is not None and (model in ZOO or calibration is not None):
+        samples = _calibration_samples(model, inputs, quantize, calibration, None)
+    cache = False if no_cache else (cache_dir if cache_dir is not None else True)
+    with SweepProgress(err_console) as progress:
+        res = npuc.explore(module, inputs, base=base, sweep=list(sweeps), quantize=quantize, calibration=samples,
+                           objectives=objectives, constraints=list(constraints), search=search, budget=budget,
+                           backend=backend, jobs=jobs, ray_address=ray_address, out=out, cache_dir=cache,
+                           seed=seed, confirm=confirm, chosen=chosen, name=model, progress=progress)
+    _print_front(res)
+
+
+def _print_front(res) -> None:
+    st = res.stats
+    feasible = sum(1 for r in res.rows if r["feasible"])
+    console.print(f"{res.model} around {res.base}: {st['designs']} designs ({feasible} feasible), "
+                  f"{len(res.front)} on the Pareto front; computed {st['computed']['analytical']} screens and "
+                  f"{st['computed']['simulated']} simulations, {st['cached']['analytical'] + st['cached']['simulated']} "
+                  f"from the cache, in {st['wall_s']:.1f} s", soft_wrap=True)
+    keys = [d.key for d in res.dimensions]
+    table = Table(title="Pareto front", title_justify="left")
+    for c in [*keys, "latency ms", "energy mJ", "area mm^2", "DRAM MB", "design"]:
+        table.add_column(c, justify="left" if c in ("design",) else "right")
+    from npuc.dse.space import format_value
+
+    for r in sorted(res.front, key=lambda r: r[res.objectives[0]]):
+        table.add_row(*[format_value(r[k]) for k in keys], f"{r['latency_s'] * 1e3:.4g}", f"{r['energy_j'] * 1e3:.4g}",
+                      f"{r['area_mm2']:.4g}" if r["area_mm2"] is not None else "", f"{r['dram_bytes'] / 1e6:.3g}",
+                      r["design"])
+    console.print(table)
+    d = res.disagreement
+    if d.get("designs_compared"):
+        lat = d["latency_s"]
+        console.print(f"analytical vs simulated latency on {d['designs_compared']} designs: median "
+                      f"{100 * lat['median_abs']:.1f}%, max {100 * lat['max_abs']:.1f}% off")
+    if res.out is not None:
+        console.print(f"wrote {res.out / 'results.csv'}, results.json, report.html", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------ demo

@@ -7,6 +7,8 @@ docs/targets.md equal to its output: regenerate with ``python -m npuc.targets.do
 
 from __future__ import annotations
 
+import typing
+
 from pydantic import BaseModel
 
 from npuc.targets.loader import DEFAULT_TARGET, list_presets, load_target, targets_table
@@ -60,9 +62,50 @@ of an LPDDR4X-class mobile interface. Static power is an estimate of leakage for
 array sizes, not from Horowitz. Each preset file repeats these sources in its comments.
 """
 
+_AREA = """\
+## Where the area figures come from
+
+The `[area]` section is optional (a target without it compiles as before; `npuc explore` needs it
+for the `area` objective) and its total is an **estimate** for comparing designs, not a layout
+(`npuc.targets.area`): the array is rows x cols processing elements, the vector unit lanes x one
+lane, each on-chip memory a function of its size, banks and ports (capacity in bits x
+`sram_bit_um2`, grown by `sram_port_factor` per port beyond the first, plus `sram_bank_um2` per
+bank; the accumulator counts as one bank), plus `fixed_mm2`. DRAM is off chip. The area is not
+part of the fingerprint: it changes no instruction, timing or energy figure.
+
+| component | at 45 nm | how |
+|---|---|---|
+| int8 PE | 636 um^2 | int8 multiply 282 + int32 add 137 + 48 flip-flops 217 |
+| fp16 in a PE | 5824 um^2 | fp16 multiply 1640 + fp32 add 4184 |
+| a second dataflow in a PE | 205 um^2 | 32 flip-flops 145 + 32 2:1 muxes 60 |
+| vector lane | 4066 um^2 | int32 add 137 + int32 multiply 3495 + 96 flip-flops 434 |
+| fp in a vector lane | 11884 um^2 | fp32 add 4184 + fp32 multiply 7700 |
+
+Adders and multipliers: M. Horowitz, ISSCC 2014 (the area column of the same table as the energy
+figures); flip-flop 4.52 um^2 and 2:1 mux 1.86 um^2: the NanGate FreePDK45 Open Cell Library
+(DFF_X1, MUX2_X1). Logic is scaled to 7 nm by **x 0.04** (25x denser), an assumption from the
+published logic transistor densities of the two nodes. SRAM: the 0.027 um^2 high-density 6T
+bitcell of TSMC's 7 nm (J. Chang et al., ISSCC 2017) over an assumed array efficiency of 0.7, so
+0.0386 um^2 per bit; a second port adds 50% (an assumption within the 1.3-2x of published 8T
+two-port cells, e.g. L. Chang et al., IEEE JSSC 2008); bank periphery (2000 um^2) and the fixed
+0.05 mm^2 (DMA engine, instruction fetch, control) are estimates. Each preset file repeats these
+sources in its comments.
+"""
+
+
+def _section_model(annotation) -> type[BaseModel] | None:
+    """The section schema of a top-level field (``AreaSchema | None`` -> AreaSchema), else None."""
+    for a in typing.get_args(annotation) or (annotation,):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
+
 
 def _value(target, section: str, key: str) -> str:
-    v = getattr(getattr(target, section), key) if section else getattr(target, key)
+    holder = getattr(target, section) if section else target
+    if holder is None:
+        return "-"
+    v = getattr(holder, key)
     if isinstance(v, tuple):
         return ", ".join(v)
     if isinstance(v, float):
@@ -86,7 +129,7 @@ def targets_markdown() -> str:
     """The full target-file reference as Markdown."""
     targets = sorted((load_target(n) for n in list_presets()), key=lambda t: t.peak_macs_per_cycle)
     parts = [_INTRO]
-    top = {k: f for k, f in TargetSchema.model_fields.items() if not isinstance(f.annotation, type) or not issubclass(f.annotation, BaseModel)}
+    top = {k: f for k, f in TargetSchema.model_fields.items() if _section_model(f.annotation) is None}
     rows = ["| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|---|---|" + "---|" * len(targets)]
     for key, info in top.items():
         unit = (info.json_schema_extra or {}).get("unit", "")
@@ -94,12 +137,13 @@ def targets_markdown() -> str:
     parts.append("## Top level\n\n" + "\n".join(rows) + "\n")
     for key, info in TargetSchema.model_fields.items():
         if key not in top:
-            parts.append(_section(key, info.annotation, targets))
+            parts.append(_section(key, _section_model(info.annotation), targets))
     names, rows = targets_table([t.name for t in targets])
     derived = ["| figure | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
     derived += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows]
     parts.append("## Derived figures\n\nPeak TOPS counts a MAC as two operations.\n\n" + "\n".join(derived) + "\n")
     parts.append(_ENERGY)
+    parts.append(_AREA)
     return "\n".join(parts)
 
 

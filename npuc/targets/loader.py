@@ -14,6 +14,7 @@ from npuc.isa.enums import Dataflow
 from npuc.targets.schema import TargetSchema
 from npuc.targets.target import (
     AccumulatorConfig,
+    AreaConfig,
     ArrayConfig,
     ClockConfig,
     DmaConfig,
@@ -79,6 +80,8 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         dram=DramConfig(**s.dram.model_dump()),
         clock=ClockConfig(mhz=float(s.clock.mhz)),
         energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items()}),
+        area=None if s.area is None else AreaConfig(
+            **{k: v if k.endswith("_ports") else float(v) for k, v in s.area.model_dump().items()}),
     )
 
 

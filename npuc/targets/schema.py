@@ -147,6 +147,25 @@ class EnergySchema(_Strict):
     static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0)
 
 
+class AreaSchema(_Strict):
+    """``[area]``: silicon area per component, an estimate from published figures (optional; see npuc.targets.area)."""
+
+    # A target without it compiles as before; only the area objective of `npuc explore` needs it.
+    # A memory's area is a function of its size, banks and ports (each memory alike).
+
+    pe_int8_um2: float = key("um^2", "one processing element: int8 multiplier, int32 accumulate adder, operand and partial-sum registers", gt=0)
+    pe_fp16_um2: float = key("um^2", "added to each processing element when array.dtypes has fp16: fp16 multiplier and fp32 adder", ge=0)
+    pe_dataflow_um2: float = key("um^2", "added to each processing element for each supported dataflow beyond the first (muxes, a stationary register)", ge=0)
+    vector_lane_um2: float = key("um^2", "one vector lane: int32 ALU and multiplier with its registers", gt=0)
+    vector_lane_fp_um2: float = key("um^2", "added to each vector lane when array.dtypes has fp16: fp32 adder and multiplier", ge=0)
+    sram_bit_um2: float = key("um^2/bit", "SRAM area per bit of capacity with one port, bitcell and array overhead", gt=0)
+    sram_port_factor: float = key("ratio", "area added per port beyond the first, as a fraction of the one-port array", ge=0)
+    sram_bank_um2: float = key("um^2", "periphery of one SRAM bank: decoders, sense amplifiers, I/O", ge=0)
+    scratchpad_ports: int = key("count", "ports of each scratchpad bank", gt=0, le=4)
+    accumulator_ports: int = key("count", "ports of the accumulator (read-modify-write: 2)", gt=0, le=4)
+    fixed_mm2: float = key("mm^2", "DMA engine, instruction fetch and decode, control: independent of the sizes above", ge=0)
+
+
 class TargetSchema(_Strict):
     """A whole target file."""
 
@@ -160,3 +179,4 @@ class TargetSchema(_Strict):
     dram: DramSchema
     clock: ClockSchema
     energy: EnergySchema
+    area: AreaSchema | None = Field(None, description="the area estimate (optional)")

@@ -90,8 +90,26 @@ class EnergyConfig:
     static_power_mw: float
 
 
-# Parameters that name or describe a target rather than its hardware: not in the fingerprint.
-_NOT_HARDWARE = ("name", "description")
+@dataclass(frozen=True)
+class AreaConfig:
+    """Area per component (um^2 unless named otherwise): an estimate, see npuc.targets.area."""
+
+    pe_int8_um2: float
+    pe_fp16_um2: float
+    pe_dataflow_um2: float
+    vector_lane_um2: float
+    vector_lane_fp_um2: float
+    sram_bit_um2: float
+    sram_port_factor: float
+    sram_bank_um2: float
+    scratchpad_ports: int
+    accumulator_ports: int
+    fixed_mm2: float
+
+
+# Parameters that name or describe a target rather than what its binaries do: not in the
+# fingerprint (the area estimate changes no instruction, no timing and no energy figure).
+_NOT_HARDWARE = ("name", "description", "area")
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,7 @@ class Target:
     dram: DramConfig
     clock: ClockConfig
     energy: EnergyConfig
+    area: AreaConfig | None = None
 
     # ------------------------------------------------------------------ derived figures
     @property
@@ -151,6 +170,13 @@ class Target:
         """Scratchpad bandwidth: one bank-width word from every bank per cycle."""
         return self.scratchpad.banks * self.scratchpad.bank_width_bytes
 
+    @property
+    def area_mm2(self) -> float:
+        """The estimated silicon area (npuc.targets.area); TargetError without an [area] section."""
+        from npuc.targets.area import area_mm2
+
+        return area_mm2(self)
+
     def static_energy_pj(self, cycles: int) -> float:
         """Static (leakage) energy over ``cycles`` clock cycles, in pJ."""
         return self.energy.static_power_mw * 1e-3 * (cycles / self.clock_hz) * 1e12
@@ -185,4 +211,5 @@ class Target:
             ("DMA latency", f"{self.dma.latency_cycles} cycles"),
             ("DRAM", f"{self.dram.size_bytes // (1024 * 1024)} MiB"),
             ("static power", f"{self.energy.static_power_mw:g} mW"),
+            ("area (estimate)", f"{self.area_mm2:.3g} mm^2" if self.area is not None else "-"),
         )
