@@ -7,6 +7,7 @@ The Python API::
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
     art = npuc.load("model.npub")                     # validated; refuses another target's binary
+    rep = npuc.debug(model, example_inputs, target="npu-mid")   # every NPU value against the reference
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _API = {
     "import_model": "npuc.pipeline",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
+    "debug": "npuc.debugger",
 }
 
 

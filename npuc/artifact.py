@@ -123,17 +123,24 @@ def _report(packaged, records) -> CompileReport:
 class Artifact:
     """A compiled model for one target: run it, profile it, save it."""
 
-    def __init__(self, npub: Npub, target, report: CompileReport | None = None, programs=None) -> None:
+    def __init__(self, npub: Npub, target, report: CompileReport | None = None, programs=None,
+                 compiled=None) -> None:
         from npuc.runtime.executor import Executor
 
         self.npub = npub
         self.target = target
         self.report = report
+        self.compiled = compiled  # the compiler's result (plan, kernels, code) when compiled in this process
         self._executor = Executor(npub, target, programs)
 
     @property
     def model_name(self) -> str:
         return self.npub.metadata.model_name if self.npub.metadata else ""
+
+    @property
+    def programs(self) -> tuple:
+        """The NPU programs (decoded instructions), by segment index."""
+        return self._executor.programs
 
     @property
     def cpu_segments(self) -> int:
@@ -284,7 +291,7 @@ def io_edges(g, precision):
 
 def _artifact(packaged, tgt, records) -> Artifact:
     programs = tuple(c.program for c in packaged.compiled.codes)
-    return Artifact(packaged.npub, tgt, _report(packaged, records), programs)
+    return Artifact(packaged.npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
 def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:

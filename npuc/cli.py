@@ -248,10 +248,19 @@ def asm_cmd(source, output):
 @click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @user_errors
 def disasm_cmd(binary):
-    """Disassemble encoded NPU instructions to assembly text."""
+    """Disassemble a .npub (every program, with the layer of each instruction) or encoded NPU
+    instructions (what `npuc asm` writes) to assembly text."""
     from npuc.isa import decode_program, disassemble
+    from npuc.runtime.npub import MAGIC
 
-    click.echo(disassemble(decode_program(binary.read_bytes())), nl=False)  # raw: valid assembly
+    data = binary.read_bytes()
+    if data.startswith(MAGIC[:4]):
+        import npuc
+        from npuc.report.inspect import disassemble_npub
+
+        click.echo(disassemble_npub(npuc.load(data)), nl=False)  # raw: valid assembly
+        return
+    click.echo(disassemble(decode_program(data)), nl=False)  # raw: valid assembly
 
 
 # ------------------------------------------------------------------------------------ compile
@@ -591,6 +600,13 @@ def _looks_like_asm(text: str) -> bool:
             return line.split()[0].isidentifier()
     return True
 
+
+from npuc import cli_analysis  # noqa: E402 (the analysis commands, registered below)
+
+main.add_command(cli_analysis.inspect_cmd)
+main.add_command(cli_analysis.debug_cmd)
+main.add_command(cli_analysis.compare_cmd)
+main.add_command(cli_analysis.report_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -141,7 +141,11 @@ def _visit(node: Node, rw: Rewriter, keep_float: frozenset[str]) -> Value | None
     handler = HANDLERS.get(p.op)
     if handler is None or p.op in keep_float:
         return None
-    return handler(p, rw, out, lo, hi)
+    result = handler(p, rw, out, lo, hi)
+    name = p.outputs[0].name
+    if isinstance(result, Value) and not name.isdigit():
+        rw.want_name(result, name)  # the module path of the float op (layer1.0.conv1), not the quantize's number
+    return result
 
 
 def _clamp_range(act: Node, out: Params) -> tuple[int, int]:
