@@ -53,3 +53,11 @@ class CompileError(NpucError):
 
 class ModelSpecError(NpucError):
     """A MODEL argument names no zoo entry and no loadable user file."""
+
+
+class ReportError(NpucError):
+    """A report could not be built (plotly missing, a table or figure that does not fit)."""
+
+
+class ExploreError(NpucError):
+    """A design-space sweep is malformed: an unknown key, a bad value, an unknown objective."""
