@@ -601,12 +601,14 @@ def _looks_like_asm(text: str) -> bool:
     return True
 
 
-from npuc import cli_analysis  # noqa: E402 (the analysis commands, registered below)
-
-main.add_command(cli_analysis.inspect_cmd)
-main.add_command(cli_analysis.debug_cmd)
-main.add_command(cli_analysis.compare_cmd)
-main.add_command(cli_analysis.report_cmd)
-
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    from npuc.cli import main as _main  # the module itself, with every command registered
+
+    _main()
+else:
+    from npuc import cli_analysis  # the analysis commands (they use the helpers above)
+
+    main.add_command(cli_analysis.inspect_cmd)
+    main.add_command(cli_analysis.debug_cmd)
+    main.add_command(cli_analysis.compare_cmd)
+    main.add_command(cli_analysis.report_cmd)

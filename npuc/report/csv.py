@@ -12,7 +12,7 @@ import csv
 import io
 from pathlib import Path
 
-from npuc.report.output import write_text_atomic
+from npuc.report.html import write_text_atomic
 from npuc.report.profile import Profile
 
 PER_LAYER_COLUMNS = (
