@@ -142,9 +142,8 @@ def _visit(node: Node, rw: Rewriter, keep_float: frozenset[str]) -> Value | None
     if handler is None or p.op in keep_float:
         return None
     result = handler(p, rw, out, lo, hi)
-    name = p.outputs[0].name
-    if isinstance(result, Value) and not name.isdigit():
-        rw.want_name(result, name)  # the module path of the float op (layer1.0.conv1), not the quantize's number
+    if isinstance(result, Value):
+        rw.want_name(result, p.outputs[0].name)  # the float op's name (its module path, layer1.0.conv1)
     return result
 
 

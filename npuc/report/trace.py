@@ -26,8 +26,9 @@ from npuc.runtime.sim.trace import TraceBuilder, add_instructions
 SEGMENTS, LAYERS, HOST = (0, 0), (0, 1), (9, 0)  # track sort keys around the queue tracks (group 1)
 
 
-def profile_trace(p) -> dict:
-    """The trace document (``{"traceEvents": [...]}``) of a :class:`~npuc.report.profile.Profile`."""
+def profile_trace(p, counters: bool = True) -> dict:
+    """The trace document (``{"traceEvents": [...]}``) of a :class:`~npuc.report.profile.Profile`
+    (``counters=False``: the tracks only)."""
     from npuc.report.profile import attribution_intervals
 
     b = TraceBuilder(p.clock_hz, f"npuc {p.model} on {p.target.name}")
@@ -48,7 +49,7 @@ def profile_trace(p) -> dict:
                             {"segment": r.name})
             add_instructions(b, sim.trace_events, {i: lab for i, lab in enumerate(labels) if lab}, offset,
                              {"segment": r.name})
-            if p.programs:
+            if p.programs and counters:
                 regions = _regions(p.programs[r.index])
                 _collect_traffic(traffic, regions, starts, ends, offset, p.target.dma.burst_bytes)
                 for mem, acc in live.items():
