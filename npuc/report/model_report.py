@@ -50,11 +50,11 @@ def model_report(p, npub) -> rh.Page:
         ["figure", "value"],
         [["cycles", p.total_cycles], ["NPU cycles", p.npu_cycles], ["CPU time (ms, estimated)", p.cpu_seconds * 1e3],
          ["latency (ms)", p.latency_s * 1e3], ["inferences per second", p.inferences_per_s],
-         ["MACs", p.macs], ["array utilization", p.utilization], ["energy per inference (mJ)", p.energy_pj * 1e-9],
+         ["MACs", p.macs], ["array utilization (%)", 100 * p.utilization], ["energy per inference (mJ)", p.energy_pj * 1e-9],
          ["average power (mW)", p.average_power_w * 1e3], ["DRAM bytes read", traffic["dram_read"]],
          ["DRAM bytes written", traffic["dram_write"]], ["scratchpad bytes", traffic["spad"]],
          ["accumulator bytes", traffic["acc"]]],
-        sortable=False, formats={"value": ",.6g"}))
+        sortable=False))
     npu = [layer for layer in p.layers if layer.kind != "cpu"]
     points = [rh.RooflinePoint(layer.name, 2.0 * layer.macs, layer.dram_bytes, layer.cycles) for layer in npu]
     page.section(
