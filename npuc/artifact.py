@@ -152,9 +152,11 @@ class Artifact:
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self.to_bytes())
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked)."""
-        outs, _ = self._executor.run(inputs)
+    def run(self, *inputs: torch.Tensor, observe=None) -> list[torch.Tensor]:
+        """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked).
+        ``observe(program, instruction, state)`` sees the machine after every NPU instruction
+        (the numerical debugger reads kernel outputs so)."""
+        outs, _ = self._executor.run(inputs, observe=observe)
         return outs
 
     def run_profiled(self, *inputs: torch.Tensor):

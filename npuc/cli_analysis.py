@@ -11,13 +11,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from npuc.cli import MODEL_HELP, _calibration_samples, _zero_inputs, console, echo_json, err_console, user_errors
-
-
-def _load(binary: Path, target):
-    import npuc
-
-    return npuc.load(binary, target=target)
+from npuc.cli import MODEL_HELP, _calibration_samples, _zero_inputs, console, echo_json, user_errors
 
 
 # ------------------------------------------------------------------------------------ inspect
@@ -216,10 +210,11 @@ def report_cmd(binary, output, target):
     """Write a self-contained HTML report of a .npub: roofline, cycles and energy per layer, traffic, CPU fallbacks."""
     from npuc.report.model_report import model_report
 
-    art = _load(binary, target)
+    import npuc
+
+    art = npuc.load(binary, target=target)
     with console.status("simulating"):
         prof = art.profile(*_zero_inputs(art))
     out = output or binary.with_suffix(".html")
     model_report(prof, art.npub).write(out)
     console.print(f"report -> {out} ({out.stat().st_size:,} bytes; opens offline in any browser)")
-    _ = err_console

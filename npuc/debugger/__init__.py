@@ -62,7 +62,7 @@ def debug(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch
 def _run_captured(art, graph_values: dict, inputs: tuple):
     """Run ``art`` on ``inputs`` capturing every kernel value; (outputs, captured values)."""
     cap = Capture(art.compiled, lambda v: graph_values[v].numel() if v in graph_values else -1)
-    outs, _ = art._executor.run(inputs, observe=cap)
+    outs = art.run(*inputs, observe=cap)
     return outs, cap.values
 
 
@@ -106,6 +106,7 @@ def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) ->
     from npuc.debugger.quant_cost import float_name_map, noise_shares, quantized_alone, suggest_float_ops
     from npuc.interp import interpret_all
     from npuc.lower.precision import choose_precision
+    from npuc.quant.arith import dequantize_tensor
     from npuc.runtime.executor import host_to_stored
 
     gio = io_edges(gq, choose_precision(art.target, "int8"))
@@ -130,9 +131,7 @@ def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) ->
         frel = fsqnr = None
         q = types[kv.value].quant if kv.value in types else None
         fname = fmap.get(kv.value)
-        if q is not None and q.axis is None and fname in fref and fref[fname].numel() == kv.data.size:  # same shape (float_name_map)
-            from npuc.quant.arith import dequantize_tensor
-
+        if q is not None and q.axis is None and fname in fref and fref[fname].numel() == kv.data.size:
             deq = dequantize_tensor(torch.from_numpy(kv.data.astype(np.int32)), q.scale[0], q.zero_point[0])
             frel, _, fsqnr = compare(deq.numpy(), fref[fname].numpy())
         cost = alone.get(kv.value)
@@ -141,9 +140,7 @@ def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) ->
                                   alone_sqnr_db=None if cost is None else cost[0]))
     qouts = [qref[v.name] for v in gio.outputs]
     shares = noise_shares(alone)
-    from npuc.runtime.executor import host_to_stored as _to_stored
-
-    stored_outs = [_to_stored(v.type, o) for v, o in zip(gio.outputs, outs)]
+    stored_outs = [host_to_stored(v.type, o) for v, o in zip(gio.outputs, outs)]  # the int8 the NPU wrote
     return DebugReport(
         label, art.target.name, "int8", "bit-exact against the integer reference", tuple(layers),
         tuple(compare(o.numpy(), e.numpy()) for o, e in zip(stored_outs, qouts)),
