@@ -114,11 +114,17 @@ def debug_cmd(model, target, quantize, calibration, calibration_data, no_quantiz
                       f"{_fmt(first.rel_l2, '.2e')}, max abs {_fmt(first.max_abs, '.3g')}, SQNR "
                       f"{_fmt(first.sqnr_db, '.1f')} dB against the {first.reference}", soft_wrap=True)
     if rep.op_noise_share:
-        shares = ", ".join(f"{op} {100 * s:.0f}% ({n} layers)" for op, n, s in rep.op_noise_share)
+        shares = ", ".join(f"{op} {100 * s:.1f}% ({n} layers, {100 * m:.0f}% of the MACs)"
+                           for op, n, s, m in rep.op_noise_share)
         console.print(f"quantization noise by op, each layer quantized alone: {shares}", soft_wrap=True)
+        worst = ", ".join(f"{r.name} ({r.alone_sqnr_db:.1f} dB)" for r in rep.costliest_layers())
+        console.print(f"layers that cost most quantized alone (output SQNR): {worst}", soft_wrap=True)
         if rep.suggested_float_ops:
             console.print(f"to recover most accuracy keep in float: float_ops={tuple(rep.suggested_float_ops)!r} "
                           "(QuantOptions.float_ops; those ops then run on the CPU)", soft_wrap=True)
+        else:
+            console.print("no op kind to keep in float: the noise is in the ops that do the model's MACs "
+                          "(keeping them in float would move the model to the CPU)", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------ compare

@@ -4,8 +4,12 @@ For a quantized op of the int8 graph whose result is a value of the float model,
 inputs are quantized with the int8 graph's parameters, the op is evaluated in integers (its
 integer reference, with the int8 graph's weights), the result dequantized back into the float
 model, and the float model runs on to its outputs.  The lower the SQNR, the more that layer costs.
-Grouped by float op, the noise (10^(-SQNR/10)) gives each op kind's share: the ``float_ops`` with
-the largest shares are the ones to keep in float (QuantOptions.float_ops) to recover accuracy.
+Grouped by float op, the noise (10^(-SQNR/10)) gives each op kind's share.  ``float_ops``
+(QuantOptions.float_ops) keeps whole op kinds in float, and in an int8 model those run on the CPU,
+so the suggestion is the op kinds with the largest noise shares (at least :data:`MIN_SHARE` each)
+among those that do at most :data:`MAX_MAC_SHARE` of the model's MACs; when the noise is in the
+op that does the model's work (a CNN's convolutions), there is no such suggestion and the layers
+that cost most are the ones to look at.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from npuc.ir.opdef import get_op
 from npuc.quant.arith import dequantize_tensor, quantize_tensor
 
 _ACTIVATIONS = ("relu", "clamp", "hardtanh")
+MIN_SHARE = 0.1       # an op kind worth keeping in float holds at least this share of the noise
+MAX_MAC_SHARE = 0.5   # and does at most this share of the MACs (more would move the model to the CPU)
 
 
 def float_name_map(gf, gq) -> dict[str, str]:
@@ -79,8 +85,10 @@ class _Operands:
             return get_op(node.op).evaluate(args, [x.type for x in node.inputs], node.attrs)[0]
 
 
-def quantized_alone(gq, gf, qvals: dict, fvals: dict, fouts: list) -> dict[str, tuple[float, str]]:
-    """Per int8 value name: (output SQNR in dB with only its op quantized, the float op kind)."""
+def quantized_alone(gq, gf, qvals: dict, fvals: dict, fouts: list) -> dict[str, tuple[float, str, int]]:
+    """Per int8 value name: (output SQNR in dB with only its op quantized, the float op kind, its MACs)."""
+    from npuc.lower.rules_int8 import quant_macs
+
     fmap = float_name_map(gf, gq)
     kinds = float_producer_ops(gf)
     index = {v.name: i for i, n in enumerate(gf.nodes) for v in n.outputs}
@@ -107,26 +115,31 @@ def quantized_alone(gq, gf, qvals: dict, fvals: dict, fouts: list) -> dict[str, 
             s = compare(o.float().numpy(), r.float().numpy())[2]
             noise += 0.0 if s == math.inf else (math.inf if s == -math.inf else 10 ** (-s / 10))
         sqnr = math.inf if noise == 0 else (-math.inf if math.isinf(noise) else 10 * math.log10(1 / noise))
-        out[v.name] = (sqnr, kinds.get(v.name, node.op))
+        out[v.name] = (sqnr, kinds.get(v.name, node.op), quant_macs(node))
     return out
 
 
-def noise_shares(alone: dict[str, tuple[float, str]]) -> list[tuple[str, int, float]]:
-    """(float op, layers, share of the summed noise) per op kind, largest share first."""
-    by_kind: dict[str, list[float]] = {}
-    for sqnr, kind in alone.values():
-        by_kind.setdefault(kind, []).append(0.0 if math.isinf(sqnr) else 10 ** (-sqnr / 10))
-    total = sum(sum(v) for v in by_kind.values())
-    rows = [(k, len(v), (sum(v) / total) if total else 0.0) for k, v in by_kind.items()]
+def noise_shares(alone: dict[str, tuple[float, str, int]]) -> list[tuple[str, int, float, float]]:
+    """(float op, layers, share of the summed noise, share of the MACs) per op kind, largest noise first."""
+    noise: dict[str, list[float]] = {}
+    macs: dict[str, int] = {}
+    for sqnr, kind, n in alone.values():
+        noise.setdefault(kind, []).append(0.0 if sqnr == math.inf else 10 ** (-sqnr / 10))
+        macs[kind] = macs.get(kind, 0) + n
+    total = sum(sum(v) for v in noise.values())
+    all_macs = sum(macs.values())
+    rows = [(k, len(v), (sum(v) / total) if total else 0.0, macs[k] / all_macs if all_macs else 0.0)
+            for k, v in noise.items()]
     return sorted(rows, key=lambda r: (-r[2], r[0]))
 
 
-def suggest_float_ops(shares: list[tuple[str, int, float]], limit: int = 3, cover: float = 0.5) -> tuple[str, ...]:
-    """The op kinds with the largest noise shares, until they cover ``cover`` of the noise (at most ``limit``)."""
+def suggest_float_ops(shares: list[tuple[str, int, float, float]], limit: int = 3, cover: float = 0.5) -> tuple[str, ...]:
+    """The op kinds to keep in float (module docstring), until they cover ``cover`` of the noise."""
     out, acc = [], 0.0
-    for kind, _, share in shares:
-        if acc >= cover or len(out) == limit or share <= 0:
+    for kind, _, share, mac_share in shares:
+        if acc >= cover or len(out) == limit or share < MIN_SHARE:
             break
-        out.append(kind)
-        acc += share
+        if mac_share <= MAX_MAC_SHARE:
+            out.append(kind)
+            acc += share
     return tuple(out)

@@ -61,13 +61,18 @@ class DebugReport:
     layers: tuple[LayerRecord, ...]
     outputs: tuple[tuple[float, float, float], ...] = ()  # per model output: rel_l2, max_abs, sqnr_db vs the reference
     float_outputs: tuple[tuple[float, float, float], ...] = ()  # int8: per output against the float model
-    op_noise_share: tuple[tuple[str, int, float], ...] = ()  # int8: (float op, layers, share of the noise alone)
+    op_noise_share: tuple[tuple[str, int, float, float], ...] = ()  # int8: (float op, layers, noise share, MAC share)
     suggested_float_ops: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
     def first_divergent(self) -> LayerRecord | None:
         return next((r for r in self.layers if not r.within_tolerance), None)
+
+    def costliest_layers(self, n: int = 5) -> list[LayerRecord]:
+        """int8: the ``n`` layers whose quantization alone costs the most output SQNR."""
+        costed = [r for r in self.layers if r.alone_sqnr_db is not None]
+        return sorted(costed, key=lambda r: (r.alone_sqnr_db, r.index))[:n]
 
     def to_dict(self) -> dict:
         def rec(r: LayerRecord) -> dict:
@@ -82,7 +87,8 @@ class DebugReport:
             "layers": [rec(r) for r in self.layers],
             "outputs": [dict(zip(("rel_l2", "max_abs", "sqnr_db"), map(_json_float, o))) for o in self.outputs],
             "float_outputs": [dict(zip(("rel_l2", "max_abs", "sqnr_db"), map(_json_float, o))) for o in self.float_outputs],
-            "op_noise_share": [{"op": op, "layers": n, "share": s} for op, n, s in self.op_noise_share],
+            "op_noise_share": [{"op": op, "layers": n, "share": s, "mac_share": m} for op, n, s, m in self.op_noise_share],
+            "costliest_layers": [r.name for r in self.costliest_layers()],
             "suggested_float_ops": list(self.suggested_float_ops),
             "notes": list(self.notes),
         }

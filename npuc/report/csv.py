@@ -3,7 +3,8 @@
 ``<stem>_per-layer.csv`` has the columns of :data:`PER_LAYER_COLUMNS` (a layer's share of the
 network's cycles and MACs beside its own figures); ``<stem>_summary.csv`` has one row with the
 columns of :data:`SUMMARY_COLUMNS`: the model, the target, the clock, the totals and the traffic per
-memory.  Numbers are plain (no thousands separators, no units in the cells); names say the unit.
+memory.  Numbers are plain (no thousands separators, no units in the cells; energies to 0.001 pJ,
+percentages to 0.0001); names say the unit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def per_layer_rows(p: Profile) -> list[dict]:
     rows = []
     for layer in p.layers:
         d = layer.to_dict()
-        d.update(cycles_pct=_pct(layer.cycles, p.total_cycles), macs_pct=_pct(layer.macs, p.macs),
+        d.update(energy_pj=round(layer.energy_pj, 3),
+                 cycles_pct=_pct(layer.cycles, p.total_cycles), macs_pct=_pct(layer.macs, p.macs),
                  utilization_pct=round(100.0 * layer.utilization, 4), energy_pct=_pct(layer.energy_pj, p.energy_pj))
         rows.append({k: d[k] for k in PER_LAYER_COLUMNS})
     return rows
@@ -53,7 +55,7 @@ def summary_row(p: Profile) -> dict:
         "cpu_segments": sum(1 for layer in p.layers if layer.kind == "cpu"),
         "total_cycles": p.total_cycles, "npu_cycles": p.npu_cycles, "cpu_seconds": p.cpu_seconds,
         "inference_time_s": p.latency_s, "inferences_per_s": p.inferences_per_s, "macs": p.macs,
-        "utilization_pct": round(100.0 * p.utilization, 4), "energy_pj": p.energy_pj,
+        "utilization_pct": round(100.0 * p.utilization, 4), "energy_pj": round(p.energy_pj, 3),
         "energy_per_inference_j": p.energy_per_inference_j, "average_power_w": p.average_power_w,
         "dram_bytes": p.dram_bytes, "dram_read_bytes": traffic["dram_read"], "dram_write_bytes": traffic["dram_write"],
         "sram_bytes": p.sram_bytes, "spad_bytes": traffic["spad"], "acc_bytes": traffic["acc"],
