@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from npuc.isa.enums import Mem
-from npuc.report.profile import program_labels
+from npuc.report.profile import executed, program_labels
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,8 +49,8 @@ class Capture:
         self.values: list[KernelValue] = []
         self._labels, self._writes, self._left, self._final = [], [], {}, []
         for p, code in enumerate(compiled.codes):  # kernels as placed by the memory plan
-            labels = program_labels(code.debug, len(code.program))
-            writes = [any(r.mem is Mem.dram and r.writes for r in ins.defn.regions(ins.args)) for ins in code.program]
+            program, labels = executed(code.program, program_labels(code.debug, len(code.program)))
+            writes = [any(r.mem is Mem.dram and r.writes for r in ins.defn.regions(ins.args)) for ins in program]
             for label, w in zip(labels, writes):
                 if w:
                     self._left[(p, label)] = self._left.get((p, label), 0) + 1
@@ -66,6 +66,7 @@ class Capture:
             self._final.append(final)
 
     def __call__(self, program: int, index: int, state) -> None:
+        """After instruction ``index`` (of the executed stream) of NPU program ``program``."""
         if not self._writes[program][index]:
             return
         label = self._labels[program][index]

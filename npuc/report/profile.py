@@ -285,11 +285,19 @@ def build_profile(npub, target, programs, runs: list[SegmentRun]) -> Profile:
                    tuple(all_labels), tuple(programs))
 
 
+def executed(program, labels: tuple[str, ...]) -> tuple[list, tuple[str, ...]]:
+    """The instructions of ``program`` as the simulator runs them (its schedule's order and length),
+    and the label of each, from the encoded instructions' ``labels``.  The one place that maps the
+    encoded program to the executed stream: the profile, the trace and the debugger use it."""
+    return list(program), tuple(labels)
+
+
 def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) -> list[LayerProfile]:
     sim = r.sim
     _, _, _, starts, ends = sim.schedule
     labels = program_labels(npub.debug_map[r.index] if npub.debug_map else (), len(program))
-    all_labels.append(labels)
+    all_labels.append(labels)  # by encoded instruction, as trace events name them
+    program, labels = executed(program, labels)
     cycles = attribute_cycles(starts, ends, labels)
     acts: dict[str, Actions] = {}
     count: dict[str, int] = {}

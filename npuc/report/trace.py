@@ -29,7 +29,7 @@ SEGMENTS, LAYERS, HOST = (0, 0), (0, 1), (9, 0)  # track sort keys around the qu
 def profile_trace(p, counters: bool = True) -> dict:
     """The trace document (``{"traceEvents": [...]}``) of a :class:`~npuc.report.profile.Profile`
     (``counters=False``: the tracks only)."""
-    from npuc.report.profile import attribution_intervals
+    from npuc.report.profile import attribution_intervals, executed
 
     b = TraceBuilder(p.clock_hz, f"npuc {p.model} on {p.target.name}")
     offset = 0
@@ -44,13 +44,14 @@ def profile_trace(p, counters: bool = True) -> dict:
             sim = r.sim
             _, _, _, starts, ends = sim.schedule
             b.add_slice(SEGMENTS, "segments", r.name, offset, offset + sim.total_cycles, "npu", {"segment": r.name})
-            for label, begin, end in attribution_intervals(ends, labels):
+            program, run_labels = executed(p.programs[r.index], labels) if p.programs else ((), labels)
+            for label, begin, end in attribution_intervals(ends, run_labels):
                 b.add_slice(LAYERS, "layers", label or "(program)", offset + begin, offset + end, "layer",
                             {"segment": r.name})
             add_instructions(b, sim.trace_events, {i: lab for i, lab in enumerate(labels) if lab}, offset,
                              {"segment": r.name})
             if p.programs and counters:
-                regions = _regions(p.programs[r.index])
+                regions = _regions(program)
                 _collect_traffic(traffic, regions, starts, ends, offset, p.target.dma.burst_bytes)
                 for mem, acc in live.items():
                     acc.append(_live_blocks(regions, starts, ends, offset, mem, occupancy_block(p.target, mem)))
