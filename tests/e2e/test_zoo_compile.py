@@ -28,6 +28,8 @@ from npuc.targets import list_presets, load_target
 from npuc.zoo import load_model, zoo_names
 from tests.report.tracecheck import partial_overlaps
 
+pytestmark = pytest.mark.zoo
+
 CNNS = {name for name in zoo_names() if name.startswith("torchvision:") and "vit" not in name}
 
 
