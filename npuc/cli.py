@@ -66,7 +66,9 @@ def main() -> None:
       npuc asm prog.s -o prog.bin               assemble NPU code; `npuc sim` runs it
       npuc compile torchvision:resnet18 -o r.npub   compile for the default NPU
       npuc run r.npub                           run it on the simulator, check against PyTorch
-      npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy
+      npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy (--json, --csv DIR)
+      npuc report r.npub -o r.html              an HTML report: roofline, cycles, energy, traffic, CPU ops
+      npuc debug torchvision:resnet18           every NPU value against the reference; the first divergent
       npuc demo                                 all of it on MobileNetV2
     """
 

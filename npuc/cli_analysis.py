@@ -214,6 +214,7 @@ def _print_comparison(doc) -> None:
 @user_errors
 def report_cmd(binary, output, target):
     """Write a self-contained HTML report of a .npub: roofline, cycles and energy per layer, traffic, CPU fallbacks."""
+    from npuc.report.files import write_report_file
     from npuc.report.model_report import model_report
 
     import npuc
@@ -222,5 +223,5 @@ def report_cmd(binary, output, target):
     with console.status("simulating"):
         prof = art.profile(*_zero_inputs(art))
     out = output or binary.with_suffix(".html")
-    model_report(prof, art.npub).write(out)
+    write_report_file(out, model_report(prof, art.npub).render())
     console.print(f"report -> {out} ({out.stat().st_size:,} bytes; opens offline in any browser)")

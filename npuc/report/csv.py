@@ -13,7 +13,7 @@ import csv
 import io
 from pathlib import Path
 
-from npuc.report.html import write_text_atomic
+from npuc.report.files import write_report_file
 from npuc.report.profile import Profile
 
 PER_LAYER_COLUMNS = (
@@ -74,13 +74,7 @@ def write_profile_csv(p: Profile, directory: str | Path, stem: str) -> tuple[Pat
     """Write ``<stem>_per-layer.csv`` and ``<stem>_summary.csv`` into ``directory`` (created if
     missing); the two paths."""
     d = Path(directory)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        from npuc.errors import NpucError
-
-        raise NpucError(f"cannot create the folder '{d}': {e.strerror}") from None
     layers, summary = d / f"{stem}_per-layer.csv", d / f"{stem}_summary.csv"
-    write_text_atomic(layers, _csv_text(PER_LAYER_COLUMNS, per_layer_rows(p)))
-    write_text_atomic(summary, _csv_text(SUMMARY_COLUMNS, [summary_row(p)]))
+    write_report_file(layers, _csv_text(PER_LAYER_COLUMNS, per_layer_rows(p)))
+    write_report_file(summary, _csv_text(SUMMARY_COLUMNS, [summary_row(p)]))
     return layers, summary

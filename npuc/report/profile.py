@@ -203,10 +203,10 @@ class Profile:
         """A Chrome/Perfetto JSON trace: every NPU instruction on its queue's track (one track per
         in-flight slot), a track of layers, counters of bandwidth per memory and of scratchpad
         occupancy, CPU segments on a host track (npuc.report.trace)."""
-        from npuc.report.html import write_text_atomic
+        from npuc.report.files import write_report_file
         from npuc.report.trace import profile_trace
 
-        write_text_atomic(path, json.dumps(profile_trace(self), separators=(",", ":")))
+        write_report_file(path, json.dumps(profile_trace(self), separators=(",", ":")))
 
 
 PROFILE_SCHEMA = "npuc.profile/1"

@@ -131,3 +131,21 @@ def test_report_lists_cpu_fallbacks_with_reasons(tmp_path):
     text = (tmp_path / "small.html").read_text()
     section = text.split("<h2>CPU fallbacks</h2>")[1].split("</section>")[0]
     assert "fp16" in section and "conv2d" in section
+
+
+def test_report_files_that_cannot_be_written_are_one_sentence(files, tmp_path):
+    (tmp_path / "afile").write_text("")
+    for args in (["report", str(files / "mid.npub"), "-o", str(tmp_path / "afile" / "r.html")],
+                 ["profile", str(files / "mid.npub"), "--csv", str(tmp_path / "afile" / "csv")],
+                 ["profile", str(files / "mid.npub"), "--trace", str(tmp_path / "afile" / "t.json")]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 1 and "is a file, not a folder" in out.output and "Traceback" not in out.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing half-written
+
+
+def test_inspect_refuses_a_file_that_is_not_a_npub(tmp_path):
+    bad = tmp_path / "bad.npub"
+    bad.write_bytes(b"not a container at all")
+    for cmd in ("inspect", "disasm"):
+        out = CliRunner().invoke(main, [cmd, str(bad)])
+        assert out.exit_code == 1 and "error:" in out.output and "Traceback" not in out.output
