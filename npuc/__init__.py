@@ -8,6 +8,7 @@ The Python API::
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
     art = npuc.load("model.npub")                     # validated; refuses another target's binary
     res = npuc.explore(model, inputs, base="npu-mid", sweep={"array.rows": [8, 16, 32]}, out="dse/")
+    rep = npuc.debug(model, example_inputs, target="npu-mid")   # every NPU value against the reference
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _API = {
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
     "explore": "npuc.dse.sweep",
+    "debug": "npuc.debugger",
 }
 
 

@@ -39,6 +39,7 @@ class CompileReport:
     activation_naive: int
     spad_peak: int
     stage_seconds: tuple[tuple[str, float], ...] = ()
+    cpu_segment_seconds: tuple[float, ...] = ()  # per CPU segment, hand-over included
 
     def explain(self) -> str:
         """The CPU fallbacks in words: each op, why, and the estimated cost."""
@@ -47,8 +48,26 @@ class CompileReport:
         lines = [f"{len(self.cpu_ops)} ops run on the CPU:"]
         for o in self.cpu_ops:
             where = f" at {o.loc}" if o.loc else ""
-            lines.append(f"  %{o.value} = {o.op}{where}: {o.reason} (est. {o.seconds * 1e6:.1f} us on the host)")
+            lines.append(f"  %{o.value} = {o.op}{where}: {o.reason} (est. {format_seconds(o.seconds)} on the host)")
+        if self.cpu_segment_seconds:
+            n = len(self.cpu_segment_seconds)
+            lines.append(f"{n} CPU segment{'s' if n > 1 else ''}: est. {format_seconds(sum(self.cpu_segment_seconds))} "
+                         f"in all, each with its hand-over to and from the NPU")
         return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict:
+        """What the compilation decided, as JSON-ready values (``npuc compile --json``)."""
+        return {
+            "segments": [{"name": n, "kind": k, "size": size} for n, k, size in self.segments],
+            "kernels": self.kernels, "fused_ops": self.fused_ops, "instructions": self.instructions,
+            "arena_bytes": self.arena_bytes, "constant_bytes": self.constant_bytes,
+            "activation_peak_bytes": self.activation_peak, "activation_naive_bytes": self.activation_naive,
+            "spad_peak_bytes": self.spad_peak,
+            "cpu_ops": [{"value": o.value, "op": o.op, "loc": o.loc, "reason": o.reason, "seconds": o.seconds}
+                        for o in self.cpu_ops],
+            "cpu_segment_seconds": list(self.cpu_segment_seconds),
+            "stage_seconds": {n: t for n, t in self.stage_seconds},
+        }
 
     def summary(self) -> str:
         npu = sum(1 for s in self.segments if s[1] == "npu")
@@ -59,6 +78,17 @@ class CompileReport:
             f"{self.arena_bytes:,} bytes (constants {self.constant_bytes:,}, activations {self.activation_peak:,} "
             f"of a naive {self.activation_naive:,}); scratchpad peak {self.spad_peak:,} bytes\n"
         )
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration in the unit that shows it: "12 ns", "3.4 us", "1.25 ms", "2.1 s"."""
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
 
 
 def _report(packaged, records) -> CompileReport:
@@ -86,23 +116,31 @@ def _report(packaged, records) -> CompileReport:
         activation_naive=plan.activation_naive,
         spad_peak=max((c.spad_bytes for c in codes), default=0),
         stage_seconds=tuple((r.name, r.seconds) for r in records),
+        cpu_segment_seconds=tuple(s.seconds for s in m.segments if not isinstance(s, NpuSegment)),
     )
 
 
 class Artifact:
     """A compiled model for one target: run it, profile it, save it."""
 
-    def __init__(self, npub: Npub, target, report: CompileReport | None = None, programs=None) -> None:
+    def __init__(self, npub: Npub, target, report: CompileReport | None = None, programs=None,
+                 compiled=None) -> None:
         from npuc.runtime.executor import Executor
 
         self.npub = npub
         self.target = target
         self.report = report
+        self.compiled = compiled  # the compiler's result (plan, kernels, code) when compiled in this process
         self._executor = Executor(npub, target, programs)
 
     @property
     def model_name(self) -> str:
         return self.npub.metadata.model_name if self.npub.metadata else ""
+
+    @property
+    def programs(self) -> tuple:
+        """The NPU programs (decoded instructions), by segment index."""
+        return self._executor.programs
 
     @property
     def cpu_segments(self) -> int:
@@ -114,10 +152,19 @@ class Artifact:
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self.to_bytes())
 
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked)."""
-        outs, _ = self._executor.run(inputs)
+    def run(self, *inputs: torch.Tensor, observe=None) -> list[torch.Tensor]:
+        """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked).
+        ``observe(program, instruction, state)`` sees the machine after every NPU instruction
+        (the numerical debugger reads kernel outputs so)."""
+        outs, _ = self._executor.run(inputs, observe=observe)
         return outs
+
+    def run_profiled(self, *inputs: torch.Tensor):
+        """``run`` and ``profile(functional=True)`` from one simulation: (outputs, Profile)."""
+        from npuc.report.profile import build_profile
+
+        outs, runs = self._executor.run(inputs)
+        return outs, build_profile(self.npub, self.target, self._executor.programs, runs)
 
     def profile(self, *inputs: torch.Tensor, functional: bool = False):
         """Cycles, traffic and energy per layer and in total (see npuc.report.profile).
@@ -257,7 +304,7 @@ def io_edges(g, precision):
 
 def _artifact(packaged, tgt, records) -> Artifact:
     programs = tuple(c.program for c in packaged.compiled.codes)
-    return Artifact(packaged.npub, tgt, _report(packaged, records), programs)
+    return Artifact(packaged.npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
 def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:

@@ -7,7 +7,9 @@ status 1; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +27,16 @@ MODEL_HELP = (
     "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`) "
     "or a user file path/to/file.py:function whose function returns (model, example_inputs)."
 )
+
+
+def echo_json(doc) -> None:
+    """Print ``doc`` as JSON on stdout (raw: never wrapped or cut)."""
+    click.echo(json.dumps(doc, indent=1))
+
+
+def _status(message: str, quiet: bool):
+    """A rich status line, or nothing when the output is JSON."""
+    return contextlib.nullcontext() if quiet else console.status(message)
 
 
 def user_errors(fn):
@@ -57,6 +69,9 @@ def main() -> None:
       npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy
       npuc explore torchvision:resnet18 --sweep array.rows=8,16,32 --out dse/
                                                 sweep the hardware, Pareto front and report
+      npuc profile r.npub --trace t.json        per-layer cycles, traffic, energy (--json, --csv DIR)
+      npuc report r.npub -o r.html              an HTML report: roofline, cycles, energy, traffic, CPU ops
+      npuc debug torchvision:resnet18           every NPU value against the reference; the first divergent
       npuc demo                                 all of it on MobileNetV2
     """
 
@@ -144,8 +159,9 @@ def _print_match(expected, got) -> None:
 @main.command("ops")
 @click.option("--write", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the table as Markdown to this file (docs/ops.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ops as JSON (name, category, summary, imported_from).")
 @user_errors
-def ops_cmd(write):
+def ops_cmd(write, as_json):
     """List the graph ops npuc supports and the ATen ops they are imported from."""
     from npuc.frontend import supported_aten_ops
     from npuc.ir.opdef import all_ops
@@ -154,6 +170,11 @@ def ops_cmd(write):
     for aten, graph_op in supported_aten_ops().items():
         for name in graph_op.replace(" ", "").split(","):
             by_graph_op.setdefault(name, []).append(aten)
+    if as_json:
+        echo_json({"ops": [{"name": op.name, "category": op.category, "summary": op.summary,
+                            "imported_from": sorted(by_graph_op.get(op.name, []))} for op in all_ops()],
+                   "aten_ops": len(supported_aten_ops())})
+        return
     t = Table(title="graph ops")
     t.add_column("op")
     t.add_column("category")
@@ -187,11 +208,18 @@ def zoo_cmd():
 
 @main.command("targets")
 @click.argument("targets", nargs=-1)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print every parameter of each target and its derived figures as JSON.")
 @user_errors
-def targets_cmd(targets):
+def targets_cmd(targets, as_json):
     """Show NPU targets side by side: the presets, or the given preset names / .toml files."""
     from npuc.targets import DEFAULT_TARGET, targets_table
 
+    if as_json:
+        from npuc.report.jsonforms import targets_json
+
+        echo_json(targets_json(list(targets) or None))
+        return
     names, rows = targets_table(list(targets) or None)
     t = Table(title="NPU targets")
     t.add_column("")
@@ -225,10 +253,19 @@ def asm_cmd(source, output):
 @click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @user_errors
 def disasm_cmd(binary):
-    """Disassemble encoded NPU instructions to assembly text."""
+    """Disassemble a .npub (every program, with the layer of each instruction) or encoded NPU
+    instructions (what `npuc asm` writes) to assembly text."""
     from npuc.isa import decode_program, disassemble
+    from npuc.runtime.npub import MAGIC
 
-    click.echo(disassemble(decode_program(binary.read_bytes())), nl=False)  # raw: valid assembly
+    data = binary.read_bytes()
+    if data.startswith(MAGIC[:4]):
+        import npuc
+        from npuc.report.inspect import disassemble_npub
+
+        click.echo(disassemble_npub(npuc.load(data)), nl=False)  # raw: valid assembly
+        return
+    click.echo(disassemble(decode_program(data)), nl=False)  # raw: valid assembly
 
 
 # ------------------------------------------------------------------------------------ compile
@@ -264,21 +301,27 @@ def _stage_progress(status):
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the IR of every stage to this folder.")
 @click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what the compilation decided as JSON (segments, sizes, CPU ops with reasons and costs).")
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, print_after, print_after_all,
-                dump_dir, explain):
+                dump_dir, explain, as_json):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
     from npuc.zoo import load_model
 
     module, inputs = load_model(model)
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
-    with console.status(f"compiling {model}") as status:
+    with (contextlib.nullcontext() if as_json else console.status(f"compiling {model}")) as status:
         art = npuc.compile(module, inputs, target=target, quantize=quantize, calibration=samples, name=model,
-                           on_stage=_stage_progress(status), print_after=print_after,
+                           on_stage=None if status is None else _stage_progress(status), print_after=print_after,
                            print_after_all=print_after_all, dump_dir=dump_dir)
         art.save(output)
     report = art.report
+    if as_json:
+        echo_json(dict(report.to_dict(), model=model, target=art.target.name, output=str(output),
+                       binary_bytes=output.stat().st_size))
+        return
     console.print(f"{model} -> {output} for {art.target.name}: {output.stat().st_size:,} bytes", soft_wrap=True)
     console.print(report.summary(), end="", soft_wrap=True, markup=False, emoji=False)
     if explain:
@@ -356,14 +399,23 @@ def _inputs_for(art, input_files, model):
 @click.option("--model", default=None, help="The model the binary was compiled from, to check the outputs against "
               "PyTorch eager (default: the zoo model named in the binary, if any).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outputs' statistics and the checks as JSON.")
 @user_errors
-def run_cmd(binary, input_files, model, target):
+def run_cmd(binary, input_files, model, target, as_json):
     """Run a .npub on the simulator; compare with PyTorch when the model is known."""
     import npuc
     from npuc.zoo import ZOO, load_model
 
     art = npuc.load(binary, target=target)
     inputs = _inputs_for(art, input_files, model)
+    if as_json:
+        from npuc.report.jsonforms import run_json
+
+        doc = run_json(art, inputs, model)
+        echo_json(doc)
+        if doc["ok"] is False:
+            sys.exit(1)
+        return
     with console.status("running on the simulator"):
         outs = art.run(*inputs)
     for i, o in enumerate(outs):
@@ -427,18 +479,32 @@ def _print_profile(prof, title: str) -> None:
 @click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), help="Write a Perfetto trace (JSON).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Profile on this target (checked).")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON (Profile.to_dict()) instead of the table.")
+@click.option("--csv", "csv_dir", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write BINARY_per-layer.csv and BINARY_summary.csv into DIR.")
 @user_errors
-def profile_cmd(binary, trace, target):
+def profile_cmd(binary, trace, target, as_json, csv_dir):
     """Per-layer cycles, utilization, traffic and energy of a .npub, and the totals."""
     import npuc
 
     art = npuc.load(binary, target=target)
-    with console.status("simulating"):
+    with _status("simulating", as_json):
         prof = art.profile(*_zero_inputs(art))
-    _print_profile(prof, f"{art.model_name or binary.name} on {art.target.name}")
+    if as_json:
+        echo_json(prof.to_dict())
+    else:
+        _print_profile(prof, f"{art.model_name or binary.name} on {art.target.name}")
+    notes = []
     if trace is not None:
         prof.write_trace(trace)
-        console.print(f"trace -> {trace} (open in ui.perfetto.dev)")
+        notes.append(f"trace -> {trace} (open in ui.perfetto.dev)")
+    if csv_dir is not None:
+        from npuc.report.csv import write_profile_csv
+
+        paths = write_profile_csv(prof, csv_dir, binary.stem)
+        notes.append(f"csv -> {paths[0]}, {paths[1]}")
+    for note in notes:
+        (err_console if as_json else console).print(note, soft_wrap=True)
 
 
 def _zero_inputs(art):
@@ -621,4 +687,13 @@ def _looks_like_asm(text: str) -> bool:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    from npuc.cli import main as _main  # the module itself, with every command registered
+
+    _main()
+else:
+    from npuc import cli_analysis  # the analysis commands (they use the helpers above)
+
+    main.add_command(cli_analysis.inspect_cmd)
+    main.add_command(cli_analysis.debug_cmd)
+    main.add_command(cli_analysis.compare_cmd)
+    main.add_command(cli_analysis.report_cmd)

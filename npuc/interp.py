@@ -30,6 +30,21 @@ def interpret_all(g: Graph, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
     return {v.name: env[id(v)] for v in values}
 
 
+def interpret_from(g: Graph, values: dict[str, torch.Tensor], start: int) -> list[torch.Tensor]:
+    """The outputs of ``g`` when the values of its inputs and first ``start`` nodes are ``values``
+    (by name, as :func:`interpret_all` returns them, possibly altered): only nodes ``start`` and
+    later run (the numerical debugger replays the rest of a model after changing one value)."""
+    env: dict[int, torch.Tensor] = {id(v): values[v.name] for v in g.inputs}
+    for node in g.nodes[:start]:
+        for v in node.outputs:
+            env[id(v)] = values[v.name]
+    with torch.no_grad():
+        for node in g.nodes[start:]:
+            for v, t in zip(node.outputs, _eval_node(g, node, env)):
+                env[id(v)] = t
+    return [env[id(v)] for v in g.outputs]
+
+
 def _run(g: Graph, inputs: tuple[torch.Tensor, ...]) -> dict[int, torch.Tensor]:
     _check_inputs(g, inputs)
     env: dict[int, torch.Tensor] = {id(v): t for v, t in zip(g.inputs, inputs)}

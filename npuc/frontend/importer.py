@@ -119,6 +119,19 @@ def import_program(ep: ExportedProgram, *, name: str = "main") -> Graph:
     return _Importer(ep, name).run()
 
 
+def _numbered_module_paths(ep: ExportedProgram) -> set[str]:
+    """Module paths that are numbers (the children of a top-level ``Sequential``): the values they
+    compute are named so, and numbering must leave those names to them."""
+    out = set()
+    for node in ep.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path = list(stack.values())[-1][0]
+            if isinstance(path, str) and path.isdigit():
+                out.add(path)
+    return out
+
+
 class _Importer:
     def __init__(self, ep: ExportedProgram, name: str) -> None:
         self.ep = ep
@@ -131,6 +144,7 @@ class _Importer:
 
     def run(self) -> Graph:
         outputs: list[Any] = []
+        self.builder.reserve(_numbered_module_paths(self.ep))
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node)

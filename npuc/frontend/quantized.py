@@ -141,7 +141,10 @@ def _visit(node: Node, rw: Rewriter, keep_float: frozenset[str]) -> Value | None
     handler = HANDLERS.get(p.op)
     if handler is None or p.op in keep_float:
         return None
-    return handler(p, rw, out, lo, hi)
+    result = handler(p, rw, out, lo, hi)
+    if isinstance(result, Value):
+        rw.want_name(result, p.outputs[0].name)  # the float op's name (its module path, layer1.0.conv1)
+    return result
 
 
 def _clamp_range(act: Node, out: Params) -> tuple[int, int]:

@@ -103,11 +103,21 @@ class GraphBuilder:
         self._nodes: list[Node] = []
         self._constants: dict[str, torch.Tensor] = {}
         self._names: set[str] = set()
+        self._reserved: set[str] = set()  # names kept for a later hint (numbering skips them)
         self._counter = 0
+
+    def reserve(self, names: Iterable[str]) -> None:
+        """Keep ``names`` for values that will be named so later (a ``Sequential`` child's module
+        path "0" must not lose its name to a numbered value)."""
+        self._reserved.update(n for n in names if n not in self._names)
 
     def fresh_name(self, hint: str | None = None) -> str:
         """A value name not used yet: ``hint`` (or ``hint_1``, ``hint_2``, ...) when it is an
         identifier, else the next number."""
+        if hint is not None and hint in self._reserved:
+            self._reserved.discard(hint)
+            self._names.add(hint)
+            return hint
         if hint is not None and _is_ident(hint):
             name, k = hint, 0
             while name in self._names:
@@ -115,7 +125,7 @@ class GraphBuilder:
                 name = f"{hint}_{k}"
             self._names.add(name)
             return name
-        while str(self._counter) in self._names:
+        while str(self._counter) in self._names or str(self._counter) in self._reserved:
             self._counter += 1
         name = str(self._counter)
         self._counter += 1

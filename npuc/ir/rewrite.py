@@ -81,6 +81,10 @@ class Rewriter:
             self._wanted[v] = name
         return v
 
+    def want_name(self, v: Value, name: str) -> None:
+        """Ask for the new value ``v`` to be named ``name`` (kept when the finished graph leaves it free)."""
+        self._wanted[v] = name
+
     def add_multi(
         self, op: str, inputs: Sequence[Value], attrs: Any = None, *, loc: str | None = None, **fields: Any
     ) -> tuple[Value, ...]:

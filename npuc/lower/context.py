@@ -118,7 +118,10 @@ class LowerContext:
     def kernel(self, node: Node, kind: str, inputs: tuple[DramTensor, ...], output: DramTensor, attrs=None,
                epilogue: tuple[EpilogueOp, ...] = (), suffix: str = "") -> Kernel:
         """A kernel of ``node``, named after its value (the module path the frontend gave it,
-        ``layer1.0.conv1``) or ``<op>_<number>`` for a numbered value, plus ``suffix``."""
+        ``layer1.0.conv1``) or ``<op>_<number>`` for a numbered value, plus ``suffix``.  A value
+        whose parameters are named ``<number>.weight`` / ``<number>.bias`` is the module of that
+        number (a ``Sequential`` child) and keeps it: ``0``, not ``conv2d_0``."""
         v = node.outputs[0].name
-        base = f"{node.op}_{v}" if v.isdigit() else v
+        module = any(x.name.startswith(f"{v}.") for x in node.inputs)
+        base = f"{node.op}_{v}" if v.isdigit() and not module else v
         return Kernel(f"{base}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), self.dtype, (v,))

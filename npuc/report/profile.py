@@ -8,6 +8,11 @@ for its weights is charged for the wait.  Energy: each instruction's actions (MA
 bytes, vector work, issue) times the target's energy table, plus static power over the layer's
 cycles.  A CPU segment is one row whose time is the CPU model's estimate (npuc.lower.cpu_cost) at
 the target's clock and whose energy is the host's power over that time.
+
+MACs are the model's (the compiler's count per kernel, as ``npuc import`` counts them: every
+convolution, depthwise ones included, linear and matmul), whichever unit did them; ``array_macs``
+is what the systolic array itself did.  ``to_dict`` is the JSON form (``npuc profile --json``);
+``npuc.report.csv`` writes the per-layer and summary CSV files.
 """
 
 from __future__ import annotations
@@ -40,10 +45,15 @@ class LayerProfile:
     min_dram_bytes: int  # compulsory traffic: every tensor read or written once
     peak_macs_per_cycle: int = 1
     dram_bytes_per_cycle: int = 1
+    dram_read_bytes: int = 0
+    dram_write_bytes: int = 0
+    spad_bytes: int = 0   # scratchpad bytes read and written
+    acc_bytes: int = 0    # accumulator bytes read and written
+    array_macs: int = 0   # MACs the systolic array did (the rest ran on the vector unit)
 
     @property
     def utilization(self) -> float:
-        """MACs done over what the array could do in the layer's cycles."""
+        """The layer's MACs over what the array could do in the layer's cycles."""
         return self.macs / (self.cycles * self.peak_macs_per_cycle) if self.cycles else 0.0
 
     @property
@@ -58,6 +68,22 @@ class LayerProfile:
             return "host"
         return "compute" if self.macs / self.peak_macs_per_cycle >= self.min_dram_bytes / self.dram_bytes_per_cycle else "memory"
 
+    @property
+    def arithmetic_intensity(self) -> float:
+        """MACs per DRAM byte moved (0 when the layer moves no DRAM byte)."""
+        return self.macs / self.dram_bytes if self.dram_bytes else 0.0
+
+    def to_dict(self) -> dict:
+        """The layer as plain JSON-ready values (the keys of LAYER_FIELDS)."""
+        return {k: getattr(self, k) for k in LAYER_FIELDS}
+
+
+LAYER_FIELDS = (
+    "name", "op", "kind", "segment", "source", "cycles", "macs", "array_macs", "utilization", "dram_bytes",
+    "dram_read_bytes", "dram_write_bytes", "sram_bytes", "spad_bytes", "acc_bytes", "energy_pj", "bound",
+    "lower_bound_cycles", "min_dram_bytes", "instructions",
+)
+
 
 @dataclass(frozen=True, eq=False)
 class Profile:
@@ -68,6 +94,7 @@ class Profile:
     layers: tuple[LayerProfile, ...]
     runs: tuple[SegmentRun, ...] = field(repr=False)
     labels: tuple[tuple[str, ...], ...] = field(repr=False)  # per NPU program, per instruction
+    programs: tuple = field(default=(), repr=False)  # every NPU program of the binary (by segment index)
 
     @property
     def clock_hz(self) -> float:
@@ -133,17 +160,63 @@ class Profile:
             "array_utilization": self.utilization,
         }
 
+    @property
+    def sram_bytes(self) -> int:
+        return sum(layer.sram_bytes for layer in self.layers)
+
+    def memory_traffic(self) -> dict[str, int]:
+        """Bytes moved per memory over the inference (DRAM read and written, scratchpad, accumulator)."""
+        return {
+            "dram_read": sum(layer.dram_read_bytes for layer in self.layers),
+            "dram_write": sum(layer.dram_write_bytes for layer in self.layers),
+            "spad": sum(layer.spad_bytes for layer in self.layers),
+            "acc": sum(layer.acc_bytes for layer in self.layers),
+        }
+
+    def to_dict(self) -> dict:
+        """The profile as JSON-ready values: the totals and one record per layer (docs/analysis.md
+        lists the keys; ``npuc profile --json`` prints exactly this)."""
+        t = self.target
+        return {
+            "schema": PROFILE_SCHEMA,
+            "model": self.model,
+            "target": t.name,
+            "clock_hz": t.clock_hz,
+            "peak_macs_per_cycle": t.peak_macs_per_cycle,
+            "dram_bytes_per_cycle": t.dma.bytes_per_cycle,
+            "total_cycles": self.total_cycles,
+            "npu_cycles": self.npu_cycles,
+            "cpu_seconds": self.cpu_seconds,
+            "latency_s": self.latency_s,
+            "inferences_per_s": self.inferences_per_s,
+            "energy_pj": self.energy_pj,
+            "energy_per_inference_j": self.energy_per_inference_j,
+            "average_power_w": self.average_power_w,
+            "dram_bytes": self.dram_bytes,
+            "sram_bytes": self.sram_bytes,
+            "traffic_bytes": self.memory_traffic(),
+            "macs": self.macs,
+            "utilization": self.utilization,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
     def write_trace(self, path: str | Path) -> None:
-        """A Chrome/Perfetto JSON trace: every NPU instruction by queue/unit, CPU segments on a host track."""
+        """A Chrome/Perfetto JSON trace: every NPU instruction on its queue's track (one track per
+        in-flight slot), a track of layers, counters of bandwidth per memory and of scratchpad
+        occupancy, CPU segments on a host track (npuc.report.trace)."""
+        from npuc.report.files import write_report_file
         from npuc.report.trace import profile_trace
 
-        Path(path).write_text(json.dumps(profile_trace(self), separators=(",", ":")), encoding="utf-8")
+        write_report_file(path, json.dumps(profile_trace(self), separators=(",", ":")))
+
+
+PROFILE_SCHEMA = "npuc.profile/1"
 
 
 # ------------------------------------------------------------------------------------ building
 
 
-def _instruction_actions(program, target) -> list[Actions]:
+def instruction_actions(program, target) -> list[Actions]:
     cache: dict = {}
     out = []
     for ins in program:
@@ -155,14 +228,26 @@ def _instruction_actions(program, target) -> list[Actions]:
     return out
 
 
-def attribute_cycles(starts, ends, labels) -> dict[str, int]:
-    """Cycles per label by the completion rule of the module docstring (they sum to the total)."""
-    out: dict[str, int] = {}
+def attribution_intervals(ends, labels) -> list[tuple[str, int, int]]:
+    """(label, first cycle, end cycle) stretches by the completion rule of the module docstring:
+    disjoint, in time order, covering the program's run (neighbours with one label merged)."""
+    out: list[tuple[str, int, int]] = []
     frontier = 0
     for i in sorted(range(len(ends)), key=lambda i: (ends[i], i)):
         if ends[i] > frontier:
-            out[labels[i]] = out.get(labels[i], 0) + ends[i] - frontier
+            if out and out[-1][0] == labels[i]:
+                out[-1] = (labels[i], out[-1][1], ends[i])
+            else:
+                out.append((labels[i], frontier, ends[i]))
             frontier = ends[i]
+    return out
+
+
+def attribute_cycles(starts, ends, labels) -> dict[str, int]:
+    """Cycles per label by the completion rule of the module docstring (they sum to the total)."""
+    out: dict[str, int] = {}
+    for label, begin, end in attribution_intervals(ends, labels):
+        out[label] = out.get(label, 0) + end - begin
     return out
 
 
@@ -197,7 +282,19 @@ def build_profile(npub, target, programs, runs: list[SegmentRun]) -> Profile:
                                        target.peak_macs_per_cycle, target.dma.bytes_per_cycle))
             continue
         layers.extend(_npu_layers(r, npub, target, programs[r.index], layer_meta, all_labels))
-    return Profile(npub.metadata.model_name if npub.metadata else "", target, tuple(layers), tuple(runs), tuple(all_labels))
+    return Profile(npub.metadata.model_name if npub.metadata else "", target, tuple(layers), tuple(runs),
+                   tuple(all_labels), tuple(programs))
+
+
+def executed(program, labels: tuple[str, ...]) -> tuple[list, tuple[str, ...]]:
+    """The instructions of ``program`` as the simulator runs them (its schedule's order and length),
+    and the label of each, from the encoded instructions' ``labels``.  The one place that maps the
+    encoded program to the executed stream: the profile, the trace and the debugger use it."""
+    program = list(program)
+    if has_loops(program):  # one label per dynamic instruction, from the encoded one it repeats
+        dynamic, origin = expand(program)
+        return dynamic, tuple(labels[o] for o in origin)
+    return program, tuple(labels)
 
 
 def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) -> list[LayerProfile]:
@@ -205,13 +302,11 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
     _, _, _, starts, ends = sim.schedule
     labels = program_labels(npub.debug_map[r.index] if npub.debug_map else (), len(program))
     all_labels.append(labels)  # by encoded instruction, as trace events name them
-    if has_loops(program):  # one label per dynamic instruction, from the encoded one it repeats
-        program, origin = expand(list(program))
-        labels = tuple(labels[o] for o in origin)
+    program, labels = executed(program, labels)
     cycles = attribute_cycles(starts, ends, labels)
     acts: dict[str, Actions] = {}
     count: dict[str, int] = {}
-    for lab, a in zip(labels, _instruction_actions(program, target)):
+    for lab, a in zip(labels, instruction_actions(program, target)):
         acts[lab] = acts[lab] + a if lab in acts else a
         count[lab] = count.get(lab, 0) + 1
     info = {row[0]: row for row in (layer_meta[r.index] if r.index < len(layer_meta) else [])}
@@ -224,10 +319,12 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
         energy = sum(energy_breakdown(a, target.energy).values()) + static_pj_per_cycle * cycles.get(lab, 0)
         out.append(LayerProfile(
             name=lab or "(program)", op="+".join(row[2]), kind=row[1], segment=r.name, source=row[3],
-            cycles=cycles.get(lab, 0), macs=a.macs, dram_bytes=a.dram_read + a.dram_write,
+            cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=a.dram_read + a.dram_write,
             sram_bytes=a.spad_read + a.spad_write + a.acc_read + a.acc_write, energy_pj=energy,
             instructions=count.get(lab, 0), min_dram_bytes=int(row[5]),
             peak_macs_per_cycle=target.peak_macs_per_cycle, dram_bytes_per_cycle=target.dma.bytes_per_cycle,
+            dram_read_bytes=a.dram_read, dram_write_bytes=a.dram_write, spad_bytes=a.spad_read + a.spad_write,
+            acc_bytes=a.acc_read + a.acc_write, array_macs=a.macs,
         ))
     return out
 

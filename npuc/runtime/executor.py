@@ -11,6 +11,7 @@ outputs (``npuc.quant.arith``, the ``quantize``/``dequantize`` ops' semantics).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -148,8 +149,9 @@ class Executor:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, inputs: tuple) -> tuple[list[torch.Tensor], list[SegmentRun]]:
-        """Run the model on ``inputs`` (host tensors); the outputs and each segment's run."""
+    def run(self, inputs: tuple, observe=None) -> tuple[list[torch.Tensor], list[SegmentRun]]:
+        """Run the model on ``inputs`` (host tensors); the outputs and each segment's run.
+        ``observe(program index, instruction index, state)`` sees every NPU instruction's effect."""
         self.check_inputs(inputs)
         dram = self.new_dram()
         for io, x in zip(self.npub.io_signature.inputs, inputs):
@@ -157,7 +159,8 @@ class Executor:
         runs = []
         for seg in self.npub.segments:
             if seg.kind == SegmentKind.NPU:
-                res = simulate(self.programs[seg.index], self.target, dram, functional=True)
+                hook = None if observe is None else functools.partial(observe, seg.index)
+                res = simulate(self.programs[seg.index], self.target, dram, functional=True, observe=hook)
                 dram = np.frombuffer(res.dram, np.uint8).copy()
                 runs.append(SegmentRun(seg.name, "npu", seg.index, res))
             else:

@@ -6,6 +6,7 @@ and the same top-1 class wherever PyTorch's fp16 run keeps it (npuc.report.accur
 of the zoo run with no CPU segment.  On npu-small (no fp16) a float model runs on the CPU, as
 long as its fp32 weights fit the target's DRAM (ViT-B/16's do not: a CompileError says so).
 
+The Perfetto trace of each run is checked: no two slices of a track overlap without nesting.
 Each model is imported once and its references computed once; compile and run times and the CPU
 fallbacks are printed (``pytest -s`` shows them).
 """
@@ -22,8 +23,12 @@ from npuc.errors import CompileError
 from npuc.lower.precision import NO_FP16_REASON
 from npuc.pipeline import import_model
 from npuc.report.accuracy import check_output, eager_outputs
+from npuc.report.trace import profile_trace
 from npuc.targets import list_presets, load_target
 from npuc.zoo import load_model, zoo_names
+from tests.report.tracecheck import partial_overlaps
+
+pytestmark = pytest.mark.zoo
 
 CNNS = {name for name in zoo_names() if name.startswith("torchvision:") and "vit" not in name}
 
@@ -51,8 +56,10 @@ def test_zoo_model_compiles_and_runs_on_the_simulator(name, preset):
     start = time.perf_counter()
     art = compile_graph(g, target)
     compiled = time.perf_counter()
-    outs = art.run(*inputs)
+    outs, prof = art.run_profiled(*inputs)
     ran = time.perf_counter()
+    bad = partial_overlaps(profile_trace(prof, counters=False))  # the trace of this very run: slices nest on every track
+    assert not bad, f"{len(bad)} slices of {name}'s trace overlap without nesting, e.g. {bad[:3]}"
     cpu = art.report.cpu_ops
     print(f"\n{name} on {preset}: compile {compiled - start:.1f} s, run {ran - compiled:.1f} s, "
           f"{art.report.kernels} kernels, {len(cpu)} CPU ops")

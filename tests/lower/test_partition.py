@@ -109,7 +109,8 @@ def test_a_refusing_kernel_gives_its_sentence(monkeypatch):
 def test_compile_explains_cpu_ops():
     art = npuc.compile(Gather().eval(), (torch.randint(0, 32, (1, 6)),))
     text = art.report.explain()
-    assert "embedding" in text and "est." in text and "us on the host" in text
+    assert "embedding" in text and "est. 96 ns on the host" in text  # not "0.0 us"
+    assert "1 CPU segment: est. 10.1 us in all" in text  # with the hand-over
 
 
 def test_unknown_quantization_is_refused():

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -51,17 +51,21 @@ class Schedule:
     leftover_tokens: tuple[int, ...]
 
 
-def run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
-    """Schedule ``steps`` (and execute them on ``state`` unless it is None).
+Observer = Callable[[int, MachineState], None]
+
+
+def run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None) -> Schedule:
+    """Schedule ``steps`` (and execute them on ``state`` unless it is None); ``observe(index,
+    state)`` is called after each instruction's functional effect, in execution order.
 
     Floating-point overflow, division by zero and invalid operations follow IEEE-754 (inf, nan)
     as on the hardware, so numpy's warnings about them are silenced during the run.
     """
     with np.errstate(all="ignore"):
-        return _run(steps, state)
+        return _run(steps, state, observe)
 
 
-def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
+def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None) -> Schedule:
     queues: list[list[int]] = [[] for _ in range(_NQ)]  # program indices per queue
     for i, s in enumerate(steps):
         queues[s.queue].append(i)
@@ -114,6 +118,8 @@ def _run(steps: Sequence[Step], state: MachineState | None) -> Schedule:
             chans[c].popleft()
         if state is not None:
             _execute(index, s, state)
+            if observe is not None:
+                observe(index, state)
         start = best_t
         issue_end = start + s.busy
         end = issue_end + s.latency

@@ -28,6 +28,7 @@ def simulate(
     functional: bool = True,
     dram_size: int | None = None,
     check_races: bool = True,
+    observe=None,
 ) -> SimResult:
     """Simulate ``program`` on ``target``.
 
@@ -37,6 +38,8 @@ def simulate(
     faster.  Raises :class:`SimulationError` for an illegal program (naming the instruction):
     bad address, misaligned access, deadlock, and (unless ``check_races`` is False) two
     instructions in flight together touching the same bytes without a token ordering them.
+    ``observe(index, state)``, when given, sees the machine state after each instruction's
+    functional effect, in execution order (the numerical debugger reads kernel outputs so).
     """
     instrs = tuple(program)
     size = memoryview(dram).nbytes if dram is not None else dram_size
@@ -54,7 +57,7 @@ def simulate(
         image = np.zeros(size, np.uint8) if dram is None else np.frombuffer(bytes(dram), dtype=np.uint8).copy()
         spad = np.zeros(target.scratchpad.size_bytes, np.uint8)
         state = MachineState(image, spad, np.zeros(target.accumulator.size_bytes, np.uint8))
-    sched = run(steps, state)
+    sched = run(steps, state, observe)
     if check_races:
         race = find_race(steps, sched.starts, sched.ends)
         if race:
