@@ -53,3 +53,7 @@ class CompileError(NpucError):
 
 class ModelSpecError(NpucError):
     """A MODEL argument names no zoo entry and no loadable user file."""
+
+
+class MissingExtraError(NpucError):
+    """An optional dependency of npuc is not installed; the message names what to install."""

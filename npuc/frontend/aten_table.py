@@ -108,9 +108,17 @@ def _assert(ctx: ConvertContext, a: dict) -> None:
     return None
 
 
-@rule(IDENTITY, "aten.clone.default", "aten.alias.default")
+@rule(IDENTITY, "aten.clone.default", "aten.alias.default", "aten.contiguous.default")
 def _identity(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["self"])
+
+
+@rule(IDENTITY, "aten.dropout.default")
+def _dropout(ctx: ConvertContext, a: dict) -> Value:
+    """Dropout of an inference graph (torch.export's training IR of a model in eval mode)."""
+    if a["train"]:
+        raise Unsupported("dropout in training mode is random; call model.eval() before exporting")
+    return ctx.value(a["input"])
 
 
 @rule("cast", "aten._to_copy.default")
@@ -304,6 +312,12 @@ def _convolution(ctx: ConvertContext, a: dict) -> Value:
         stride, padding, dilation = (1, stride[0]), (0, padding[0]), (1, dilation[0])
     y = ctx.add("conv2d", (x, w, *bias), stride=stride, padding=padding, dilation=dilation, groups=int(a["groups"]))
     return ctx.reshape(y, ctx.out_shape())
+
+
+@rule("conv2d", "aten.conv2d.default", "aten.conv1d.default")
+def _conv(ctx: ConvertContext, a: dict) -> Value:
+    """torch.export's training IR (a converted PT2E model): the convolution, not transposed."""
+    return _convolution(ctx, {**a, "transposed": False})
 
 
 def _window(v: Any, spatial: int, name: str) -> tuple[int, ...]:
@@ -520,7 +534,8 @@ rule("reduce_min, neg, argmax", "aten.min.dim")(_extreme_with_index(smallest=Tru
 # ------------------------------------------------------------------------------ shape and data movement
 
 
-@rule("reshape", "aten.view.default", "aten.squeeze.dims", "aten.unsqueeze.default")
+@rule("reshape", "aten.view.default", "aten.squeeze.dims", "aten.unsqueeze.default", "aten.flatten.using_ints",
+      "aten.reshape.default")
 def _reshape(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(ctx.value(a["self"]), ctx.out_shape())
 

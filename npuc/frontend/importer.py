@@ -17,6 +17,12 @@ in order:
 
 Problems are collected over the whole program, and all unsupported ops are reported in one
 :class:`~npuc.errors.UnsupportedOpError` before anything else runs.
+
+:func:`import_graph_module` imports an FX graph module as torch.export's training IR leaves it
+(a model converted by PT2E, imported without a second export): ``get_attr`` tensors are
+constants, an in-place op is read as its functional form, and an op the table does not know
+(``conv2d``, ``flatten``, ``dropout``, ...) is decomposed on its own, one node at a time, into the
+core ATen ops that the table does know.
 """
 
 from __future__ import annotations
@@ -116,30 +122,44 @@ def import_graph(
 
 def import_program(ep: ExportedProgram, *, name: str = "main") -> Graph:
     """Translate an exported, core-ATen program into an npuc graph."""
-    return _Importer(ep, name).run()
+    return _Importer(ep.graph, name, ep=ep).run()
+
+
+def import_graph_module(gm: torch.fx.GraphModule, *, name: str = "main") -> Graph:
+    """Translate an FX graph module in torch.export's training IR (placeholders are the model's
+    inputs, ``get_attr`` nodes its tensors) into an npuc graph; see the module docstring."""
+    return _Importer(gm.graph, name, module=gm).run()
 
 
 class _Importer:
-    def __init__(self, ep: ExportedProgram, name: str) -> None:
+    def __init__(self, graph: torch.fx.Graph, name: str, *, ep: ExportedProgram | None = None,
+                 module: torch.fx.GraphModule | None = None) -> None:
+        self.graph = graph
         self.ep = ep
+        self.module = module
+        self.decomposing = False
         self.builder = GraphBuilder(name)
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx = ConvertContext(self.builder, self.env)
         self.problems: list[Problem] = []
         self.other_float_dtypes: set[str] = set()
-        self.specs = {s.arg.name: s for s in ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+        self.specs = {} if ep is None else {
+            s.arg.name: s for s in ep.graph_signature.input_specs if hasattr(s.arg, "name")
+        }
 
     def run(self) -> Graph:
         outputs: list[Any] = []
-        for node in self.ep.graph.nodes:
+        for node in self.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node)
             elif node.op == "call_function":
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-            elif node.op == "get_attr":  # a subgraph of a control-flow op; the op itself is reported
-                self.env[node] = _Subgraph(str(node.target))
+            elif node.op == "get_attr":
+                self.env[node] = self._attribute(node)
+            elif node.op == "call_module" and node.target == "_guards_fn":
+                self.env[node] = None  # ExportedProgram.module()'s check of its input shapes
             else:
                 self._problem(node, str(node.target), f"FX '{node.op}' nodes have no graph form")
                 self.env[node] = _Failed()
@@ -174,6 +194,15 @@ class _Importer:
             return Folded(self.ep.constants[spec.target].detach(), spec.target, state=False)
         self._problem(node, f"{spec.kind.name.lower()} input", "this kind of program input has no graph form")
         return _Failed()
+
+    def _attribute(self, node: torch.fx.Node) -> Any:
+        """A tensor attribute of an imported graph module as a constant (quantization parameters
+        are not model state); anything else is a subgraph of a control-flow op (reported there)."""
+        value = _get_attr(self.module, str(node.target)) if self.module is not None else None
+        if isinstance(value, torch.Tensor):
+            name = str(node.target)
+            return Folded(value.detach(), name, state=not name.startswith(("_scale", "_zero_point")))
+        return _Subgraph(str(node.target))
 
     def _output(self, index: int, out: Any) -> Value:
         r = self.ctx.resolve(out)
@@ -211,6 +240,11 @@ class _Importer:
         if aten.startswith(SILENT_PREFIXES):
             return None
         rule = ATEN_TABLE.get(aten)
+        if rule is None and self.module is not None and ATEN_TABLE.get(str(_functional(target))) is not None:
+            target = _functional(target)  # training IR: an in-place op read as its functional form
+            rule = ATEN_TABLE[str(target)]
+        if rule is None and self.module is not None and not self.decomposing and not failed:
+            return self._decompose(node, target)
         if failed:
             if rule is None and aten not in SHAPE_ONLY_OPS:
                 self._problem(node, aten, "npuc has no graph op for it")
@@ -261,11 +295,95 @@ class _Importer:
             result = result.zero_() if isinstance(result, torch.Tensor) else result
         return _wrap_folded(result, node.name)
 
+    def _decompose(self, node: torch.fx.Node, target: torch._ops.OpOverload) -> Any:
+        """Import one training-IR node the table does not know through its decomposition into
+        core ATen (an in-place op through its functional form), traced on its own."""
+        try:
+            sub = decompose_node(node, target, self.env)
+        except Exception as e:  # PyTorch could not decompose the op: report it like an unsupported op
+            self._problem(node, str(target), f"npuc has no graph op for it and decomposing it failed: {e}")
+            return _Failed()
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        operands = [a for a in _node_args(node)]
+        for ph, arg in zip(placeholders, operands):
+            self.env[ph] = self.env[arg]
+        result: Any = None
+        self.decomposing = True
+        try:
+            for n in sub.graph.nodes:
+                if n.op == "call_function":
+                    n.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+                    self.env[n] = self._call(n)
+                elif n.op == "get_attr":
+                    self.env[n] = Folded(_get_attr(sub, str(n.target)).detach(), f"{node.name}.{n.target}")
+                elif n.op == "output":
+                    result = self.ctx.resolve(n.args[0])
+        finally:
+            self.decomposing = False
+        if isinstance(result, (list, tuple)) and len(result) == 1 and not isinstance(node.meta.get("val"), (list, tuple)):
+            result = result[0]
+        return result
+
     def _problem(self, node: torch.fx.Node, aten: str, reason: str) -> None:
         frame = user_frame(node)
         self.problems.append(
             Problem(aten, node.name, frame.loc if frame else None, frame.code if frame else None, reason)
         )
+
+
+def _get_attr(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _node_args(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The FX nodes among ``node``'s arguments, in order (the operands of its decomposition)."""
+    flat, _ = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    return [a for a in flat if isinstance(a, torch.fx.Node)]
+
+
+def _functional(target: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """The functional overload of an in-place ATen op (``hardtanh_`` -> ``hardtanh``), else the op."""
+    packet = target.overloadpacket.__name__
+    if packet.endswith("_") and not packet.startswith("_"):
+        functional = getattr(torch.ops.aten, packet[:-1], None)
+        if functional is not None and hasattr(functional, target._overloadname):
+            return getattr(functional, target._overloadname)
+    return target
+
+
+def _stand_in(r: Any) -> Any:
+    """A tensor standing for an import-time binding while a node is decomposed."""
+    if isinstance(r, Folded):
+        return r.tensor
+    if isinstance(r, Value):
+        return torch.zeros(r.type.shape, dtype=r.type.dtype.torch)
+    if isinstance(r, (list, tuple)):
+        return type(r)(_stand_in(x) for x in r)
+    return r
+
+
+def decompose_node(node: torch.fx.Node, target: torch._ops.OpOverload, env: dict) -> torch.fx.GraphModule:
+    """The core-ATen graph of one node (its FX operands become the placeholders, in order)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from npuc.frontend.export import decomposition_table
+
+    fn_target = _functional(target)
+    flat, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    slots = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+
+    def call(*tensors: Any) -> Any:
+        leaves = list(flat)
+        for i, t in zip(slots, tensors):
+            leaves[i] = t
+        args, kwargs = torch.utils._pytree.tree_unflatten(leaves, spec)
+        return fn_target(*args, **kwargs)
+
+    stand_ins = [_stand_in(env[flat[i]]) for i in slots]
+    return make_fx(call, decomposition_table=decomposition_table(), tracing_mode="fake")(*stand_ins)
 
 
 def _tensor_operands(args: Any) -> list[Any]:

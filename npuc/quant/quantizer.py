@@ -9,12 +9,13 @@ the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup ta
 data-movement ops between them, which share their input's parameters.  Graph ops named in
 ``QuantOptions.float_ops`` are left unannotated, so they stay in float.
 
-:func:`quantize` runs torchao's flow: ``prepare_pt2e``, every calibration sample, ``convert_pt2e``
-and a re-export of the converted module for the frontend.
+:func:`quantize` runs torchao's flow on one torch.export of the model: ``prepare_pt2e``, every
+calibration sample, ``convert_pt2e``; the frontend imports the converted module as it is.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,7 @@ from npuc._quiet import quiet_torchao_import
 
 quiet_torchao_import()
 
+from torchao.quantization.pt2e.fake_quantize import FakeQuantize  # noqa: E402
 from torchao.quantization.pt2e.observer import (  # noqa: E402
     HistogramObserver,
     MinMaxObserver,
@@ -56,16 +58,32 @@ class QuantOptions:
     ``float_ops``: graph op names left in float (softmax and layer_norm have no int8 form).
     ``observer``: ``"minmax"`` (ranges as seen) or ``"histogram"`` (ranges that minimize the
     quantization error, slower to calibrate).
+    ``qat``: fake-quantize modules instead of observers, for quantization-aware training with
+    ``prepare_qat_pt2e`` (the observer kind then sets how each fake-quantize measures ranges).
     """
 
     per_channel: bool = True
     symmetric_activations: bool = False
     float_ops: tuple[str, ...] = ("softmax", "layer_norm")
     observer: str = "minmax"
+    qat: bool = False
 
     def __post_init__(self) -> None:
-        if self.observer not in ("minmax", "histogram"):
+        if self.observer not in OBSERVERS:
             raise NpucError(f"QuantOptions.observer must be 'minmax' or 'histogram', got {self.observer!r}")
+        if isinstance(self.float_ops, str) or not all(isinstance(o, str) for o in self.float_ops):
+            raise NpucError(f"QuantOptions.float_ops must be a tuple of graph op names, got {self.float_ops!r}")
+        object.__setattr__(self, "float_ops", tuple(self.float_ops))
+
+
+OBSERVERS = ("minmax", "histogram")
+
+
+def _observed(observer: Any, options: QuantOptions, **kwargs: Any) -> Any:
+    """The observer constructor of a spec, or with ``options.qat`` a fake-quantize around it."""
+    if options.qat:
+        return FakeQuantize.with_args(observer=observer, **kwargs)
+    return observer.with_args(**kwargs)
 
 
 # ---------------------------------------------------------------------------- ATen op classes
@@ -114,7 +132,7 @@ def activation_spec(options: QuantOptions) -> QuantizationSpec:
     scheme = torch.per_tensor_symmetric if options.symmetric_activations else torch.per_tensor_affine
     return QuantizationSpec(
         dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=scheme,
-        observer_or_fake_quant_ctr=observer.with_args(eps=2**-12),
+        observer_or_fake_quant_ctr=_observed(observer, options, eps=2**-12),
     )
 
 
@@ -123,11 +141,11 @@ def weight_spec(options: QuantOptions) -> QuantizationSpec:
     if options.per_channel:
         return QuantizationSpec(
             dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
-            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=2**-12),
+            observer_or_fake_quant_ctr=_observed(PerChannelMinMaxObserver, options, eps=2**-12),
         )
     return QuantizationSpec(
         dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_tensor_symmetric,
-        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12),
+        observer_or_fake_quant_ctr=_observed(MinMaxObserver, options, eps=2**-12),
     )
 
 
@@ -167,7 +185,20 @@ class NpuQuantizer(Quantizer):
         return model
 
     def validate(self, model: GraphModule) -> None:
-        return None
+        """NpucError naming the first annotated node whose quantization the NPU cannot run: int8
+        activations in [-128, 127] with one scale per tensor; symmetric int8 weights in [-127, 127]
+        per tensor or per output channel (axis 0); int32 biases of zero point 0."""
+        for node in model.graph.nodes:
+            ann = node.meta.get(ANNOTATION_KEY)
+            if ann is None:
+                continue
+            for arg, spec in ann.input_qspec_map.items():
+                problem = spec_problem(spec, _role(node, arg))
+                if problem:
+                    raise NpucError(f"node {node.name} ({node.target}): its input {arg.name} is {problem}")
+            problem = spec_problem(ann.output_qspec, "activation")
+            if problem:
+                raise NpucError(f"node {node.name} ({node.target}): its output is {problem}")
 
     # ------------------------------------------------------------------ per op class
 
@@ -256,6 +287,39 @@ class NpuQuantizer(Quantizer):
         _mark(node, inputs, shared)
 
 
+def _role(node: Node, arg: Node) -> str:
+    """What an input of an annotated node is to the NPU: a weight, a bias or an activation."""
+    if node.target in CONV_OPS or node.target in LINEAR_OPS:
+        if len(node.args) > 1 and node.args[1] is arg:
+            return "weight"
+        if len(node.args) > 2 and node.args[2] is arg:
+            return "bias"
+    return "activation"
+
+
+def spec_problem(spec: QuantizationSpecBase | None, role: str) -> str | None:
+    """Why the NPU cannot run a tensor quantized by ``spec`` in ``role`` (None: it can)."""
+    if spec is None or isinstance(spec, SharedQuantizationSpec):
+        return None
+    if not isinstance(spec, (QuantizationSpec, DerivedQuantizationSpec)):
+        return f"quantized by a {type(spec).__name__}, which npuc does not know"
+    want = {"activation": (torch.int8, -128, 127), "weight": (torch.int8, -127, 127),
+            "bias": (torch.int32, -(2**31), 2**31 - 1)}[role]
+    lo = spec.quant_min if spec.quant_min is not None else torch.iinfo(spec.dtype).min
+    hi = spec.quant_max if spec.quant_max is not None else torch.iinfo(spec.dtype).max
+    if (spec.dtype, lo, hi) != want and not (role == "weight" and (spec.dtype, lo, hi) == (torch.int8, -128, 127)):
+        return (f"a {role} quantized to {spec.dtype} in [{lo}, {hi}]; the NPU's {role}s are {want[0]} "
+                f"in [{want[1]}, {want[2]}]")
+    per_channel = spec.qscheme in (torch.per_channel_symmetric, torch.per_channel_affine)
+    if role == "activation" and per_channel:
+        return "an activation quantized per channel; the NPU's activations have one scale per tensor"
+    if role != "activation" and spec.qscheme in (torch.per_tensor_affine, torch.per_channel_affine):
+        return f"a {role} quantized asymmetrically; the NPU's {role}s have zero point 0"
+    if role == "weight" and per_channel and spec.ch_axis not in (0, None):
+        return f"a weight quantized per channel along axis {spec.ch_axis}; the NPU scales output channels (axis 0)"
+    return None
+
+
 def _mark(node: Node, inputs: dict[Node, QuantizationSpecBase], output: QuantizationSpecBase | None) -> None:
     node.meta[ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, output_qspec=output, _annotated=True)
 
@@ -275,38 +339,55 @@ def _is_quantized_output(node: Node) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class QuantizedModel:
-    """A quantized model: PyTorch's converted module (Q/DQ around float ops, the reference
-    npuc's int8 results are compared with) and its re-export decomposed to core ATen (as
-    :func:`npuc.frontend.export.export_program` does), which the frontend imports."""
+    """A quantized model: PyTorch's converted module (Q/DQ around float ops in torch.export's
+    training IR), the reference npuc's int8 results are compared with, and which the frontend
+    imports as it is (:func:`npuc.frontend.quantized.import_quantized_module`)."""
 
-    module: torch.nn.Module
-    program: torch.export.ExportedProgram
+    module: torch.fx.GraphModule
+    example_inputs: tuple
+
+    @functools.cached_property
+    def program(self) -> torch.export.ExportedProgram:
+        """The converted module exported again and decomposed to core ATen, for tools that want an
+        ExportedProgram (npuc's own compile imports :attr:`module` without this second export)."""
+        from npuc.frontend.export import export_program
+
+        return export_program(self.module, self.example_inputs)
 
 
 def quantize(
-    model: torch.nn.Module,
+    model: torch.nn.Module | torch.export.ExportedProgram,
     example_inputs: Sequence[torch.Tensor] | torch.Tensor,
     calibration: Sequence[Any],
     target: Any = None,
     options: QuantOptions | None = None,
 ) -> QuantizedModel:
-    """Export, annotate, calibrate on every sample and convert ``model``; then re-export it."""
+    """Export ``model`` (once; an ExportedProgram is used as it is), annotate it for the NPU,
+    calibrate on every sample and convert it."""
     example = as_input_tuple(example_inputs)
     samples = check_calibration(calibration, example)
-    if not isinstance(model, torch.nn.Module):
-        raise NpucError(f"the model must be a torch.nn.Module, got a {type(model).__name__}")
-    from npuc.frontend.export import export_error, export_program, quiet_torch_logs
+    if isinstance(model, torch.export.ExportedProgram):
+        captured = model
+    elif isinstance(model, torch.nn.Module):
+        from npuc.frontend.export import capture_program
+
+        captured = capture_program(model.eval(), example)
+    else:
+        raise NpucError(f"the model must be a torch.nn.Module or an ExportedProgram, got a {type(model).__name__}")
+    return QuantizedModel(quantize_captured(captured, samples, target, options), example)
+
+
+def quantize_captured(
+    captured: torch.export.ExportedProgram, samples: Sequence[tuple], target: Any = None,
+    options: QuantOptions | None = None,
+) -> torch.fx.GraphModule:
+    """prepare_pt2e with the NpuQuantizer, every calibration sample, convert_pt2e."""
+    from npuc.frontend.export import quiet_torch_logs
 
     with quiet_torch_logs():
-        try:
-            captured = torch.export.export(model.eval(), example).module()
-        except Exception as e:  # torch.export raises many exception types; all mean the same to a user
-            raise export_error(e) from e
-        prepared = prepare_pt2e(captured, NpuQuantizer(target, options))
+        prepared = prepare_pt2e(captured.module(), NpuQuantizer(target, options))
         run_calibration(prepared, samples)
-        converted = convert_pt2e(prepared)
-    program = export_program(converted, example)
-    return QuantizedModel(converted, program)
+        return convert_pt2e(prepared)
 
 
 def quantize_model(
@@ -320,4 +401,4 @@ def quantize_model(
     return quantize(model, example_inputs, calibration, target, options).program
 
 
-__all__ = ["NpuQuantizer", "QuantOptions", "QuantizedModel", "quantize", "quantize_model"]
+__all__ = ["NpuQuantizer", "QuantOptions", "QuantizedModel", "quantize", "quantize_captured", "quantize_model"]
