@@ -224,11 +224,14 @@ def run_frontend(
     print_after_all: bool = False,
     dump_dir: Path | str | None = None,
     out: TextIO | None = None,
-) -> Graph:
+    with_origins: bool = False,
+) -> Any:
     """The unoptimized graph of ``model``: an nn.Module, an ExportedProgram (core ATen or PT2E
     Q/DQ) or a module converted by ``convert_pt2e``; ``quantize`` (QuantOptions) quantizes a float
     model with the ``calibration`` samples.  Export and quantize are stages (timed, printed and
-    dumped as ``00-export.txt``, ``00-quantize.txt``); the import is timed as ``import``."""
+    dumped as ``00-export.txt``, ``00-quantize.txt``); the import is timed as ``import``.
+    ``with_origins``: return ``(graph, origins)``, origins mapping each graph value name to the
+    FX node it was imported from (for an ExportedProgram)."""
     from npuc.frontend.models import model_kind
 
     opts = RunOptions(verify_each, tuple(n for n in print_after if n in FRONT_STAGES), print_after_all,
@@ -265,10 +268,10 @@ def run_frontend(
     if on_stage is not None:
         on_stage("import")
     start = time.perf_counter()
-    g = _import(ir, kind, name or "main", quantize)
+    g, origins = _import(ir, kind, name or "main", quantize)
     if records is not None:
         records.append(StageRecord("import", time.perf_counter() - start, _size(g)))
-    return g
+    return (g, origins) if with_origins else g
 
 
 def _quantizer() -> Any:
@@ -285,16 +288,18 @@ def _export(model: Any, example_inputs: tuple, for_pt2e: bool) -> Any:
     return export_program(model, example_inputs)
 
 
-def _import(ir: Any, kind: str, name: str, quantize: Any) -> Graph:
-    from npuc.frontend.importer import import_program
-    from npuc.frontend.quantized import DEFAULT_FLOAT_OPS, import_quantized_module, import_quantized_program
+def _import(ir: Any, kind: str, name: str, quantize: Any) -> tuple[Graph, dict[str, str]]:
+    """The graph of ``ir`` and the FX node each value came from (empty for a converted module)."""
+    from npuc.frontend.importer import import_with_origins
+    from npuc.frontend.quantized import DEFAULT_FLOAT_OPS, import_quantized_module, recognize_quantized
 
     float_ops = quantize.float_ops if quantize is not None else DEFAULT_FLOAT_OPS
     if kind == "quantized-module":
-        return import_quantized_module(ir, name=name, float_ops=float_ops)
+        return import_quantized_module(ir, name=name, float_ops=float_ops), {}
+    g, origins = import_with_origins(ir, name=name)
     if kind == "quantized-program":
-        return import_quantized_program(ir, name=name, float_ops=float_ops)
-    return import_program(ir, name=name)
+        g = recognize_quantized(g, float_ops)
+    return g, origins
 
 
 # ================================================================================== backend

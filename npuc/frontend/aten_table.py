@@ -126,6 +126,15 @@ def _to_copy(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["self"], ctx.out_dtype())
 
 
+@rule("cast", "dim_order_ops._to_dim_order_copy.default")
+def _to_dim_order_copy(ctx: ConvertContext, a: dict) -> Value:
+    """ExecuTorch's edge dialect: a cast in the contiguous dimension order (others are refused)."""
+    order = a["dim_order"]
+    if order is not None and list(order) != sorted(order):
+        raise Unsupported(f"a copy to dimension order {list(order)}: npuc imports contiguous tensors")
+    return ctx.value(a["self"], ctx.out_dtype())
+
+
 # ------------------------------------------------------------------------------ elementwise unary
 
 

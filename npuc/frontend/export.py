@@ -109,6 +109,9 @@ def decompose_program(ep: ExportedProgram) -> ExportedProgram:
     """``ep`` decomposed to core ATen (keeping :data:`KEPT_OPS`); checked for static shapes and
     for writes to its own state."""
     check_static(ep)
+    if is_edge_program(ep):  # ExecuTorch's edge dialect is core ATen already
+        check_no_mutation(ep)
+        return ep
     with quiet_torch_logs():
         try:
             ep = ep.run_decompositions(decomposition_table())
@@ -117,6 +120,11 @@ def decompose_program(ep: ExportedProgram) -> ExportedProgram:
     check_static(ep)
     check_no_mutation(ep)
     return ep
+
+
+def is_edge_program(ep: ExportedProgram) -> bool:
+    """Whether ``ep`` is in ExecuTorch's edge dialect (its ops are ``EdgeOpOverload``)."""
+    return any(n.op == "call_function" and type(n.target).__name__ == "EdgeOpOverload" for n in ep.graph.nodes)
 
 
 @contextlib.contextmanager

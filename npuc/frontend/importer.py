@@ -125,6 +125,13 @@ def import_program(ep: ExportedProgram, *, name: str = "main") -> Graph:
     return _Importer(ep.graph, name, ep=ep).run()
 
 
+def import_with_origins(ep: ExportedProgram, *, name: str = "main") -> tuple[Graph, dict[str, str]]:
+    """:func:`import_program`, and for each graph value the name of the FX node it was imported
+    from (how a partitioner of the exported program maps npuc's decisions back to its nodes)."""
+    importer = _Importer(ep.graph, name, ep=ep)
+    return importer.run(), importer.origins
+
+
 def import_graph_module(gm: torch.fx.GraphModule, *, name: str = "main") -> Graph:
     """Translate an FX graph module in torch.export's training IR (placeholders are the model's
     inputs, ``get_attr`` nodes its tensors) into an npuc graph; see the module docstring."""
@@ -138,6 +145,7 @@ class _Importer:
         self.ep = ep
         self.module = module
         self.decomposing = False
+        self.origins: dict[str, str] = {}  # graph value name -> FX node name
         self.builder = GraphBuilder(name)
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx = ConvertContext(self.builder, self.env)
@@ -153,7 +161,10 @@ class _Importer:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node)
             elif node.op == "call_function":
+                first = len(self.builder.nodes)
                 self.env[node] = self._call(node)
+                for n in self.builder.nodes[first:]:
+                    self.origins.update((v.name, node.name) for v in n.outputs)
             elif node.op == "output":
                 outputs = list(node.args[0]) if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             elif node.op == "get_attr":
@@ -232,6 +243,7 @@ class _Importer:
             return src if isinstance(src, _Failed) else src[node.args[1]]
         operands = _tensor_operands(self.ctx.resolve(list(node.args) + list(node.kwargs.values())))
         failed = any(isinstance(o, _Failed) for o in operands)
+        target = aten_of(target)
         if not isinstance(target, torch._ops.OpOverload):
             if not failed:  # users of a failed node are not reported again
                 self._problem(node, _callable_name(target), _not_aten_reason(target))
@@ -240,6 +252,10 @@ class _Importer:
         if aten.startswith(SILENT_PREFIXES):
             return None
         rule = ATEN_TABLE.get(aten)
+        if rule is None and _view_of_copy(target) is not None:
+            target = _view_of_copy(target)  # edge dialect: permute_copy, view_copy, ... read as views
+            aten = str(target)
+            rule = ATEN_TABLE.get(aten)
         if rule is None and self.module is not None and ATEN_TABLE.get(str(_functional(target))) is not None:
             target = _functional(target)  # training IR: an in-place op read as its functional form
             rule = ATEN_TABLE[str(target)]
@@ -329,6 +345,25 @@ class _Importer:
         self.problems.append(
             Problem(aten, node.name, frame.loc if frame else None, frame.code if frame else None, reason)
         )
+
+
+def aten_of(target: Any) -> Any:
+    """The ATen op of an ExecuTorch edge-dialect op (``EdgeOpOverload``); any other target as it is."""
+    op = getattr(target, "_op", None)
+    if type(target).__name__ == "EdgeOpOverload" and isinstance(op, torch._ops.OpOverload):
+        return op
+    return target
+
+
+def _view_of_copy(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``aten.permute`` for ``aten.permute_copy`` (the edge dialect's copying views), when the
+    view has a rule; None otherwise."""
+    packet = target.overloadpacket.__name__
+    if not packet.endswith("_copy") or target.namespace != "aten":
+        return None
+    view = getattr(torch.ops.aten, packet.removesuffix("_copy"), None)
+    op = getattr(view, target._overloadname, None) if view is not None else None
+    return op if op is not None and str(op) in ATEN_TABLE else None
 
 
 def _get_attr(module: torch.nn.Module, target: str) -> Any:

@@ -47,11 +47,26 @@ def load_pt2(path: str | Path) -> torch.export.ExportedProgram:
 
 
 def program_inputs(ep: torch.export.ExportedProgram) -> tuple[torch.Tensor, ...]:
-    """The example inputs an ExportedProgram was exported with; ExportError when it has none."""
+    """The example inputs an ExportedProgram was exported with; without them, zeros of its user
+    inputs' shapes and dtypes (enough for a float compile, which needs no data)."""
     example = ep.example_inputs
     if example is None:
-        raise ExportError("the exported program carries no example inputs: pass the example inputs (or --input files)")
+        return _zero_inputs(ep)
     args, kwargs = example
     if kwargs:
         raise ExportError("the exported program takes keyword inputs; npuc compiles positional tensor inputs")
     return tuple(args)
+
+
+def _zero_inputs(ep: torch.export.ExportedProgram) -> tuple[torch.Tensor, ...]:
+    from torch.export.graph_signature import InputKind
+
+    names = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    out = []
+    for n in names:
+        v = vals.get(n)
+        if not isinstance(v, torch.Tensor):
+            raise ExportError(f"input '{n}' of the exported program is not a tensor of known shape")
+        out.append(torch.zeros(tuple(int(d) for d in v.shape), dtype=v.dtype))
+    return tuple(out)

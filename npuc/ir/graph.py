@@ -105,6 +105,11 @@ class GraphBuilder:
         self._names: set[str] = set()
         self._counter = 0
 
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes added so far, in order."""
+        return tuple(self._nodes)
+
     def fresh_name(self, hint: str | None = None) -> str:
         """A value name not used yet: ``hint`` (or ``hint_1``, ``hint_2``, ...) when it is an
         identifier, else the next number."""
