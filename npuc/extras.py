@@ -20,6 +20,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
 def require(module: str) -> ModuleType:
     """Import ``module`` (a top-level package of an extra); MissingExtraError naming the extra."""
     top = module.split(".")[0]
+    if top in ("torchao", "executorch"):
+        from npuc._quiet import quiet_torchao_import
+
+        quiet_torchao_import()  # both import torchao, which logs deprecations a user can do nothing about
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:

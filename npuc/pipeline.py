@@ -178,11 +178,20 @@ def run_graph_passes(
     return run_stages(g, stages, opts)
 
 
-def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | None = None, **runner_opts: Any) -> Graph:
-    """torch.export ``model`` on ``example_inputs``, import it and run the graph passes."""
-    from npuc.frontend import import_graph
+def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: tuple | None = None, *,
+                 name: str | None = None, **runner_opts: Any) -> Graph:
+    """The optimized graph of ``model`` (an nn.Module exported here, an ExportedProgram, or a
+    model quantized with PT2E): imported, then the graph passes."""
+    from npuc.frontend.models import program_inputs
 
-    g = import_graph(model, example_inputs, name=name)
+    if example_inputs is None:
+        if not isinstance(model, torch.export.ExportedProgram):
+            raise CompileError("import_model() needs example inputs for a module (only an ExportedProgram carries its own)")
+        example_inputs = program_inputs(model)
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    default = "main" if isinstance(model, torch.export.ExportedProgram) else type(model).__name__
+    g = run_frontend(model, tuple(example_inputs), name=name or default)
     return run_graph_passes(g, **runner_opts)
 
 
