@@ -263,6 +263,10 @@ def run_frontend(
         from npuc.frontend.export import decompose_program
 
         ir = stage("export", decompose_program, model)
+    elif kind == "quantized-module":  # converted by the user: its shape metadata may be stale (QAT)
+        from npuc.frontend.quantized import refresh_shapes
+
+        refresh_shapes(model, example_inputs)
     if quantize is not None:
         qz = _quantizer()
         samples = [example_inputs] if calibration is None else calibration

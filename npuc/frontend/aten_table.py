@@ -381,6 +381,22 @@ def _batch_norm(ctx: ConvertContext, a: dict) -> tuple:
     return (_batch_norm_value(ctx, a), Dropped("saved mean of batch_norm"), Dropped("saved inverse std of batch_norm"))
 
 
+@rule("batch_norm", "aten.native_batch_norm.default")
+def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
+    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval)."""
+    if a["training"]:
+        raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
+    return _batch_norm(ctx, a)
+
+
+@rule("batch_norm", "aten.batch_norm.default")
+def _batch_norm_training_ir(ctx: ConvertContext, a: dict) -> Value:
+    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode."""
+    if a["training"]:
+        raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
+    return _batch_norm_value(ctx, a)
+
+
 def _batch_norm_value(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["input"])
     channels = x.type.shape[1] if x.type.rank >= 2 else None

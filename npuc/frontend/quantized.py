@@ -380,6 +380,16 @@ def import_quantized_module(
     return recognize_quantized(import_graph_module(gm, name=name), float_ops)
 
 
+def refresh_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+    """Recompute every node's ``val`` metadata on fake copies of ``example_inputs``: torchao's QAT
+    rewrites leave the shapes of the small pattern they were traced with on the nodes they add."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) for x in example_inputs])
+
+
 def is_quantized(graph: torch.fx.Graph) -> bool:
     """Whether an FX graph holds PT2E's quantize/dequantize ops (a converted model)."""
     return any(n.op == "call_function" and str(n.target).startswith("quantized_decomposed.")

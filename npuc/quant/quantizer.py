@@ -121,6 +121,9 @@ SHARING_OPS = {
     aten.constant_pad_nd.default: "pad",
 }
 CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
+# Batch norms left in the graph for quantization-aware training (folded by convert_pt2e).
+BATCH_NORMS = (aten.batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit_no_training.default, aten.cudnn_batch_norm.default)
 
 
 # ---------------------------------------------------------------------------- specs
@@ -215,9 +218,21 @@ class NpuQuantizer(Quantizer):
                     annotate(node)
                 return
 
+    def _batch_norm_after(self, node: Node) -> Node | None:
+        """The batch norm that is the only user of a convolution (QAT keeps it in the graph
+        until convert folds it: it belongs to the convolution, unobserved)."""
+        users = list(node.users)
+        if node.target in CONV_OPS and len(users) == 1 and users[0].target in BATCH_NORMS:
+            return users[0]
+        return None
+
     def _output_node(self, node: Node) -> Node:
         """The node whose output is observed: a fusable activation that is the only user of
-        ``node`` (and is not kept in float), else ``node`` itself."""
+        ``node`` (or of its QAT batch norm) and is not kept in float, else ``node`` itself (or
+        its batch norm)."""
+        bn = self._batch_norm_after(node)
+        if bn is not None:
+            node = bn
         users = list(node.users)
         if len(users) == 1 and users[0].target in FUSABLE_ACTIVATIONS:
             act = users[0]
@@ -231,9 +246,12 @@ class NpuQuantizer(Quantizer):
         act = activation_spec(self.options)
         if out is node:
             _mark(node, inputs, act)
-        else:
-            _mark(node, inputs, None)
-            _mark(out, {}, act)
+            return
+        _mark(node, inputs, None)
+        bn = self._batch_norm_after(node)
+        if bn is not None and bn is not out:
+            _mark(bn, {}, None)
+        _mark(out, {}, act)
 
     def _weighted(self, node: Node) -> None:
         x, w = node.args[0], node.args[1]
