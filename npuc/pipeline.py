@@ -22,7 +22,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -253,7 +253,8 @@ def run_frontend(
     def stage(name_: str, fn: Callable[[Any], Any], x: Any, verify_fn: Callable[[Any], Any] = lambda _: None) -> Any:
         if on_stage is not None:
             on_stage(name_)
-        return run_stages(x, [Stage(name_, fn, verify_fn, _program_text)], opts, first_index=0)
+        one = replace(opts, print_after=tuple(n for n in opts.print_after if n == name_))
+        return run_stages(x, [Stage(name_, fn, verify_fn, _program_text)], one, first_index=0)
 
     ir = model
     if kind == "module":

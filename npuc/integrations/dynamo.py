@@ -22,6 +22,7 @@ For every graph (a graph break gives several), the backend
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -81,23 +82,38 @@ def _is_module_state(node: torch.fx.Node) -> bool:
     return False
 
 
-class _Frozen(torch.nn.Module):
-    """A captured graph with the module state bound as buffers: its inputs are the user's alone."""
+def freeze(gm: torch.fx.GraphModule, kinds: tuple[ArgKind, ...], args: Sequence[Any]) -> torch.fx.GraphModule:
+    """A copy of the captured graph whose module state is constant: each state input becomes an
+    attribute read (``get_attr``) of a buffer, each symbolic size its value; the remaining
+    placeholders are the user's inputs."""
+    graph = copy.deepcopy(gm.graph)
+    root = torch.nn.Module()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node, kind, value in zip(placeholders, kinds, args):
+        if kind.kind == "state":
+            name = _state_name(kind.name)
+            if isinstance(value, torch.nn.Parameter):  # stays a parameter: PT2E folds batch norms into those
+                root.register_parameter(name, torch.nn.Parameter(value.detach(), requires_grad=False))
+            else:
+                root.register_buffer(name, value.detach())
+            with graph.inserting_before(node):
+                node.replace_all_uses_with(graph.get_attr(name))
+            graph.erase_node(node)
+        elif kind.kind == "size":
+            for user in list(node.users):
+                user.args = torch.utils._pytree.tree_map(lambda v: int(value) if v is node else v, user.args)
+                user.kwargs = torch.utils._pytree.tree_map(lambda v: int(value) if v is node else v, user.kwargs)
+            graph.erase_node(node)
+    return torch.fx.GraphModule(root, graph, class_name=type(gm).__name__)
 
-    def __init__(self, gm: torch.fx.GraphModule, kinds: tuple[ArgKind, ...], args: Sequence[Any]) -> None:
-        super().__init__()
-        self.gm = gm
-        self.kinds = kinds
-        self.sizes = {k.name: a for k, a in zip(kinds, args) if k.kind == "size"}
-        for k, a in zip(kinds, args):
-            if k.kind == "state":
-                self.register_buffer(k.name, a.detach())
 
-    def forward(self, *inputs: torch.Tensor) -> Any:
-        it = iter(inputs)
-        args = [next(it) if k.kind == "input" else getattr(self, k.name) if k.kind == "state" else self.sizes[k.name]
-                for k in self.kinds]
-        return self.gm(*args)
+def _state_name(placeholder: str) -> str:
+    """``conv.weight`` from TorchDynamo's ``l_self_modules_conv_parameters_weight_`` (a readable
+    constant name; dots become underscores, as buffer names allow no dots)."""
+    name = placeholder.removeprefix("l_self_").removeprefix("l_").rstrip("_")
+    for part in ("modules_", "parameters_", "buffers_"):
+        name = name.replace(part, "")
+    return f"state_{name}"
 
 
 @dataclass(eq=False)
@@ -124,8 +140,7 @@ class CompiledPiece:
         key = tuple((tuple(x.shape), x.dtype) for x in user)
         art = self.artifacts.get(key)
         if art is None:
-            concrete = [a if k.kind != "size" else int(a) for k, a in zip(self.kinds, args)]
-            frozen = _Frozen(self.gm, self.kinds, concrete).eval()
+            frozen = freeze(self.gm, self.kinds, args).eval()
             quantize = self.options.get("quantize")
             calibration = self.options.get("calibration") if quantize is not None else None
             with torch.no_grad():

@@ -231,7 +231,8 @@ def test_cli_quant_flags(tmp_path, small_cnn, calibration):
     r = runner.invoke(main, base + ["-o", str(tmp_path / "a.npub"), "--per-tensor", "--symmetric-activations",
                                     "--observer", "histogram", "--float-ops", "softmax,add"])
     assert r.exit_code == 0, r.output
-    assert "stage times: export" in r.output and "quantize" in r.output
+    flat = " ".join(r.output.split())
+    assert "stage times: quantize " in flat, flat  # a .pt2 is exported already: no export stage
     opts = QuantOptions(per_channel=False, symmetric_activations=True, observer="histogram", float_ops=("softmax", "add"))
     cal = [(s[0].squeeze(0).unsqueeze(0),) for s in calibration]
     want = npuc.compile(torch.export.load(tmp_path / "m.pt2"), quantize=opts, calibration=cal, name=str(tmp_path / "m.pt2"))
