@@ -53,7 +53,21 @@ def npu_placement(ep: torch.export.ExportedProgram, target: Any) -> dict[str, st
         node = importer.origins.get(op.value)
         if node is not None:
             placement[node] = op.reason
-    return _follow_getitems(calls, placement)
+    surviving = {v.name for n in g.nodes if n.op != "const" for v in n.outputs}
+    kept = {importer.origins[v] for v in surviving if v in importer.origins}
+    return _follow_getitems(calls, _absorbed_follow_users(calls, placement, kept))
+
+
+def _absorbed_follow_users(calls: list[torch.fx.Node], placement: dict[str, str | None],
+                           kept: set[str]) -> dict[str, str | None]:
+    """A node the graph passes folded away (a batch norm into its convolution, a weight
+    transpose into the constant) goes where its users go: to the CPU if one of them does."""
+    for n in reversed(calls):
+        if n.name in kept or placement.get(n.name) is not None:
+            continue
+        reasons = [placement.get(u.name) for u in n.users if u.op == "call_function"]
+        placement[n.name] = next((r for r in reasons if r is not None), None)
+    return placement
 
 
 def _with_real_constants(ep: torch.export.ExportedProgram) -> Any:
@@ -95,10 +109,21 @@ class NpucPartitioner(Partitioner):
         super().__init__()
 
     def ops_to_not_decompose(self, ep: torch.export.ExportedProgram) -> tuple[list, Callable | None]:
-        """The ops npuc has one graph op for, kept whole through ExecuTorch's decompositions."""
+        """The ops npuc has one graph op for, kept whole through ExecuTorch's decompositions when
+        the NPU can take them (ExecuTorch requires every op kept whole to be delegated): none when
+        the target has no path for the program's precision, an adaptive average pool only when
+        its windows are equal."""
+        from npuc.artifact import resolve_target
         from npuc.frontend.export import KEPT_OPS
+        from npuc.frontend.quantized import is_quantized
+        from npuc.lower.precision import choose_precision
 
-        return list(KEPT_OPS), None
+        tgt = resolve_target(self.target)
+        if choose_precision(tgt, "int8" if is_quantized(ep.graph) else None).dtype is None:
+            return [], None
+        return list(KEPT_OPS), _kept_whole
+
+
 
     def partition(self, exported_program: torch.export.ExportedProgram) -> PartitionResult:
         with unset_fake_temporarily():  # ExecuTorch may call partitioners under a fake-tensor mode
@@ -114,6 +139,17 @@ class NpucPartitioner(Partitioner):
             tags[tag] = self.delegation_spec
         tag_constant_data(exported_program)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+def _kept_whole(node: torch.fx.Node) -> bool:
+    """Whether a node of a KEPT_OPS op stays whole (npuc's NPU takes it as one graph op)."""
+    if node.target == torch.ops.aten.adaptive_avg_pool2d.default:
+        val, size = node.args[0].meta.get("val"), node.args[1]
+        if not isinstance(val, torch.Tensor) or val.dim() != 4:
+            return False
+        h, w = val.shape[2:]
+        return tuple(size) == (1, 1) or (h % size[0] == 0 and w % size[1] == 0)
+    return True
 
 
 def _order(gm: torch.fx.GraphModule, node: torch.fx.Node) -> int:

@@ -39,8 +39,18 @@ class PteRunner:
     def __init__(self, pte: bytes | str | Path, method: str = "forward") -> None:
         import npuc
 
-        data = pte if isinstance(pte, (bytes, bytearray)) else Path(pte).read_bytes()
-        program = deserialize_pte_binary(bytes(data)).program
+        if isinstance(pte, (bytes, bytearray)):
+            data, where = bytes(pte), "the program"
+        else:
+            where = f"'{pte}'"
+            try:
+                data = Path(pte).read_bytes()
+            except OSError as e:
+                raise PteError(f"cannot read {where}: {e.strerror}") from None
+        try:
+            program = deserialize_pte_binary(data).program
+        except Exception as e:  # the flatbuffer reader raises struct, value and index errors alike
+            raise PteError(f"{where} is not an ExecuTorch program (.pte): {type(e).__name__}: {e}") from None
         plans = {p.name: p for p in program.execution_plan}
         if method not in plans:
             raise PteError(f"the program has no method '{method}' (it has {', '.join(plans)})")
@@ -131,18 +141,20 @@ class PteRunner:
     def _kernel(self, call: schema.KernelCall, values: list) -> None:
         op_def = self.plan.operators[call.op_index]
         op = _torch_op(op_def)
-        args = [_resolve(values[i], values) for i in call.args]
-        schema_args = op._schema.arguments
-        if len(args) != len(schema_args):
-            raise PteError(f"{op_def.name}.{op_def.overload} takes {len(schema_args)} arguments, the program gives {len(args)}")
+        schema_args, returns = op._schema.arguments, op._schema.returns
+        if len(call.args) != len(schema_args) + len(returns):
+            raise PteError(f"{op_def.name}.{op_def.overload} takes {len(schema_args)} arguments and returns "
+                           f"{len(returns)} values; the program gives {len(call.args)}")
+        args = [_resolve(values[i], values) for i in call.args[:len(schema_args)]]
         pos = [v for s, v in zip(schema_args, args) if not s.kwarg_only]
         kw = {s.name: v for s, v in zip(schema_args, args) if s.kwarg_only}
         result = op(*pos, **kw)
-        outs = [(s, i) for s, i in zip(schema_args, call.args) if s.alias_info is not None and s.alias_info.is_write]
         results = result if isinstance(result, (tuple, list)) else (result,)
-        for (_, idx), r in zip(outs, results):
-            if isinstance(values[idx], torch.Tensor) and values[idx] is not r:
-                values[idx] = r
+        out_args = [i for s, i in zip(schema_args, call.args) if s.alias_info is not None and s.alias_info.is_write]
+        for idx, r in zip(out_args, results):
+            values[idx] = r
+        for idx, r in zip(call.args[len(schema_args):], results):  # the returned values alias the outs
+            values[idx] = r
         self.kernel_calls += 1
 
     def _delegate(self, call: schema.DelegateCall, values: list) -> None:
