@@ -41,6 +41,14 @@ DROPPED = "(dropped)"
 ATEN_TABLE: dict[str, AtenRule] = {}
 
 
+# Entries for torch.export's training IR only (a converted PT2E module imported without a second
+# export, npuc.frontend.importer.import_graph_module): core-ATen exports never contain them.
+TRAINING_IR_OPS = frozenset({
+    "aten.conv2d.default", "aten.conv1d.default", "aten.flatten.using_ints", "aten.reshape.default",
+    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default",
+})
+
+
 def rule(graph_ops: str, *aten_names: str, fold: bool = True) -> Callable[[Converter], Converter]:
     """Register ``fn`` as the converter of each ATen overload in ``aten_names``.
 
@@ -108,7 +116,7 @@ def _assert(ctx: ConvertContext, a: dict) -> None:
     return None
 
 
-@rule(IDENTITY, "aten.clone.default", "aten.alias.default", "aten.contiguous.default")
+@rule(IDENTITY, "aten.clone.default", "aten.alias.default")
 def _identity(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["self"])
 
