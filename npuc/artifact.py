@@ -261,17 +261,6 @@ def _default_name(model: Any) -> str:
     return type(model).__name__
 
 
-def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None,
-                    options: QuantOptions | None = None):
-    """The int8 graph of ``model``: quantized for ``target`` with the calibration samples (None:
-    the example inputs alone) and imported, unoptimized."""
-    from npuc.extras import quantizer
-    from npuc.pipeline import run_frontend
-
-    return run_frontend(model, example_inputs, quantize=options or quantizer().QuantOptions(),
-                        calibration=calibration, target=target, name=name)
-
-
 def _artifact(packaged, tgt, records) -> Artifact:
     programs = tuple(c.program for c in packaged.compiled.codes)
     return Artifact(packaged.npub, tgt, _report(packaged, records), programs)
