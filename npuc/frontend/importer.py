@@ -27,6 +27,7 @@ core ATen ops that the table does know.
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from dataclasses import dataclass
@@ -146,6 +147,7 @@ class _Importer:
         self.module = module
         self.decomposing = False
         self.origins: dict[str, str] = {}  # graph value name -> FX node name
+        self.decompositions: dict[Any, torch.fx.GraphModule] = {}  # by op and operand types
         self.builder = GraphBuilder(name)
         self.env: dict[torch.fx.Node, Any] = {}
         self.ctx = ConvertContext(self.builder, self.env)
@@ -315,7 +317,12 @@ class _Importer:
         """Import one training-IR node the table does not know through its decomposition into
         core ATen (an in-place op through its functional form), traced on its own."""
         try:
-            sub = decompose_node(node, target, self.env)
+            key = _decomposition_key(node, target, self.env)
+            sub = self.decompositions.get(key) if key is not None else None
+            if sub is None:
+                sub = decompose_node(node, target, self.env)
+                if key is not None:
+                    self.decompositions[key] = sub
         except Exception as e:  # PyTorch could not decompose the op: report it like an unsupported op
             self._problem(node, str(target), f"npuc has no graph op for it and decomposing it failed: {e}")
             return _Failed()
@@ -327,8 +334,9 @@ class _Importer:
         self.decomposing = True
         try:
             for n in sub.graph.nodes:
-                if n.op == "call_function":
-                    n.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+                if n.op == "call_function":  # the decomposed ops carry the node's source and module
+                    own = {k: n.meta[k] for k in ("val", "tensor_meta") if k in n.meta}
+                    n.meta = {**{k: v for k, v in node.meta.items() if k not in own}, **own}
                     self.env[n] = self._call(n)
                 elif n.op == "get_attr":
                     self.env[n] = Folded(_get_attr(sub, str(n.target)).detach(), f"{node.name}.{n.target}")
@@ -389,6 +397,30 @@ def _functional(target: torch._ops.OpOverload) -> torch._ops.OpOverload:
     return target
 
 
+def _decomposition_key(node: torch.fx.Node, target: Any, env: dict) -> Any:
+    """What a node's decomposition depends on: the op, its operands' shapes and dtypes and its
+    other arguments (None when an argument cannot be part of a key)."""
+    def key(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            r = env[a]
+            if isinstance(r, Value):
+                return ("tensor", r.type.shape, r.type.dtype)
+            if isinstance(r, Folded):
+                return ("tensor", tuple(r.tensor.shape), r.tensor.dtype)
+            return ("value", key(r))
+        if isinstance(a, (list, tuple)):
+            return tuple(key(x) for x in a)
+        if isinstance(a, dict):
+            return tuple(sorted((k, key(v)) for k, v in a.items()))
+        hash(a)
+        return (type(a).__name__, a)
+
+    try:
+        return (str(target), key(node.args), key(node.kwargs))
+    except TypeError:
+        return None
+
+
 def _stand_in(r: Any) -> Any:
     """A tensor standing for an import-time binding while a node is decomposed."""
     if isinstance(r, Folded):
@@ -400,11 +432,21 @@ def _stand_in(r: Any) -> Any:
     return r
 
 
+@functools.lru_cache(maxsize=1)
+def _decompositions() -> tuple[dict, dict]:
+    """(composite ops -> how to treat them, the op decomposition table), split as
+    ExportedProgram.run_decompositions splits npuc's table: composite ops of KEPT_OPS (matmul,
+    linear, ...) stay whole, the others decompose by their own implementation or the table."""
+    from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
+
+    from npuc.frontend.export import decomposition_table
+
+    return _split_decomp_table_to_cia_and_python_decomp(dict(decomposition_table().items()))
+
+
 def decompose_node(node: torch.fx.Node, target: torch._ops.OpOverload, env: dict) -> torch.fx.GraphModule:
     """The core-ATen graph of one node (its FX operands become the placeholders, in order)."""
     from torch.fx.experimental.proxy_tensor import make_fx
-
-    from npuc.frontend.export import decomposition_table
 
     fn_target = _functional(target)
     flat, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
@@ -418,7 +460,11 @@ def decompose_node(node: torch.fx.Node, target: torch._ops.OpOverload, env: dict
         return fn_target(*args, **kwargs)
 
     stand_ins = [_stand_in(env[flat[i]]) for i in slots]
-    return make_fx(call, decomposition_table=decomposition_table(), tracing_mode="fake")(*stand_ins)
+    from torch.export.exported_program import _override_composite_implicit_decomp
+
+    composite, table = _decompositions()
+    with _override_composite_implicit_decomp(composite):
+        return make_fx(call, decomposition_table=table, tracing_mode="fake")(*stand_ins)
 
 
 def _tensor_operands(args: Any) -> list[Any]:
