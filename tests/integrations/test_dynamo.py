@@ -12,7 +12,7 @@ import torch
 
 from npuc.integrations.dynamo import npuc_backend
 
-from tests.integrations.conftest import image, seeded_small_cnn
+from intlib import image, seeded_small_cnn
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from npuc.integrations.executorch import NpucBackend, NpucPartitioner, PteRunner
 from npuc.integrations.executorch.backend import BACKEND_ID  # noqa: E402
 from npuc.report.accuracy import check_outputs  # noqa: E402
 
-from tests.integrations.conftest import image  # noqa: E402
+from intlib import image  # noqa: E402
 
 
 class WithCpuOp(torch.nn.Module):

@@ -13,7 +13,7 @@ from npuc.cli import main
 from npuc.errors import ExportError
 from npuc.ir.text import print_graph
 
-from tests.integrations.conftest import image
+from intlib import image
 
 
 def test_exported_program_gives_the_same_bytes_as_the_module(small_cnn):

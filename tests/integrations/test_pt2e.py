@@ -19,7 +19,7 @@ from npuc.interp import interpret
 from npuc.pipeline import run_frontend, run_graph_passes
 from npuc.quant.quantizer import NpuQuantizer, QuantOptions
 
-from tests.integrations.conftest import image, seeded_small_cnn
+from intlib import image, seeded_small_cnn
 
 
 def integer_reference(model, x, options=None, calibration=None):
