@@ -246,7 +246,7 @@ def quant_options(quantize: str | QuantOptions | None) -> QuantOptions | None:
         return None
     if isinstance(quantize, str):
         if quantize != "int8":
-            raise NpucError(f"quantize must be 'int8' or a QuantOptions, got {quantize!r}")
+            raise NpucError(f"quantize={quantize!r} is not a quantization npuc knows; use None, 'int8' or a QuantOptions")
         from npuc.extras import quantizer
 
         return quantizer().QuantOptions()
