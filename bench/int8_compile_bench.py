@@ -90,7 +90,7 @@ def main() -> None:
           f"({100 * art.report.code_bytes / max(art.report.constant_bytes, 1):.1f}% of constants)")
 
     from npuc.frontend.export import export_program
-    from npuc.quant.quantizer import quantize
+    from npuc.frontend.pt2e import quantize
 
     q = quantize(model, example, samples[:1])
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The PT2E quantizer of the NPU, and the quantize-a-model flow around it.
+"""The PT2E quantizer of the NPU.
 
 :class:`NpuQuantizer` annotates an exported (pre-dispatch ATen) graph with what the NPU runs in
 int8 (docs/quantization.md): conv and linear with symmetric int8 weights (per output channel by
@@ -9,15 +9,14 @@ the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup ta
 data-movement ops between them, which share their input's parameters.  Graph ops named in
 ``QuantOptions.float_ops`` are left unannotated, so they stay in float.
 
-:func:`quantize` runs torchao's flow on one torch.export of the model: ``prepare_pt2e``, every
-calibration sample, ``convert_pt2e``; the frontend imports the converted module as it is.
+The flow around it (export, ``prepare_pt2e``, calibration, ``convert_pt2e``, the re-export the
+frontend imports) is :func:`npuc.frontend.pt2e.quantize`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 from torch.fx import GraphModule, Node
@@ -32,7 +31,6 @@ from torchao.quantization.pt2e.observer import (  # noqa: E402
     MinMaxObserver,
     PerChannelMinMaxObserver,
 )
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import (
     DerivedQuantizationSpec,
     QuantizationAnnotation,
@@ -43,7 +41,6 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from npuc.errors import NpucError
-from npuc.quant.calibrate import as_input_tuple, check_calibration, run_calibration
 
 aten = torch.ops.aten
 ANNOTATION_KEY = "quantization_annotation"
@@ -352,71 +349,4 @@ def _is_quantized_output(node: Node) -> bool:
     return ann is not None and ann.output_qspec is not None
 
 
-# ---------------------------------------------------------------------------- the flow
-
-
-@dataclass(frozen=True, eq=False)
-class QuantizedModel:
-    """A quantized model: PyTorch's converted module (Q/DQ around float ops in torch.export's
-    training IR), the reference npuc's int8 results are compared with, and which the frontend
-    imports as it is (:func:`npuc.frontend.quantized.import_quantized_module`)."""
-
-    module: torch.fx.GraphModule
-    example_inputs: tuple
-
-    @functools.cached_property
-    def program(self) -> torch.export.ExportedProgram:
-        """The converted module exported again and decomposed to core ATen, for tools that want an
-        ExportedProgram (npuc's own compile imports :attr:`module` without this second export)."""
-        from npuc.frontend.export import export_program
-
-        return export_program(self.module, self.example_inputs)
-
-
-def quantize(
-    model: torch.nn.Module | torch.export.ExportedProgram,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-    calibration: Sequence[Any],
-    target: Any = None,
-    options: QuantOptions | None = None,
-) -> QuantizedModel:
-    """Export ``model`` (once; an ExportedProgram is used as it is), annotate it for the NPU,
-    calibrate on every sample and convert it."""
-    example = as_input_tuple(example_inputs)
-    samples = check_calibration(calibration, example)
-    if isinstance(model, torch.export.ExportedProgram):
-        captured = model
-    elif isinstance(model, torch.nn.Module):
-        from npuc.frontend.export import capture_program
-
-        captured = capture_program(model.eval(), example)
-    else:
-        raise NpucError(f"the model must be a torch.nn.Module or an ExportedProgram, got a {type(model).__name__}")
-    return QuantizedModel(quantize_captured(captured, samples, target, options), example)
-
-
-def quantize_captured(
-    captured: torch.export.ExportedProgram, samples: Sequence[tuple], target: Any = None,
-    options: QuantOptions | None = None,
-) -> torch.fx.GraphModule:
-    """prepare_pt2e with the NpuQuantizer, every calibration sample, convert_pt2e."""
-    from npuc.frontend.export import quiet_torch_logs
-
-    with quiet_torch_logs():
-        prepared = prepare_pt2e(captured.module(), NpuQuantizer(target, options))
-        run_calibration(prepared, samples)
-        return convert_pt2e(prepared)
-
-
-def quantize_model(
-    model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-    calibration: Sequence[Any],
-    target: Any = None,
-    options: QuantOptions | None = None,
-) -> torch.export.ExportedProgram:
-    """The exported program of the quantized ``model`` (Q/DQ pairs around int8 ops)."""
-    return quantize(model, example_inputs, calibration, target, options).program
-
-
-__all__ = ["NpuQuantizer", "QuantOptions", "QuantizedModel", "quantize", "quantize_captured", "quantize_model"]
+__all__ = ["NpuQuantizer", "QuantOptions"]
