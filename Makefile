@@ -8,10 +8,11 @@ STAMP := $(VENV)/.npuc-installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the exact versions npuc is tested with; pyproject.toml declares ranges.
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)

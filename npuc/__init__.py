@@ -9,30 +9,50 @@ The Python API::
     art = npuc.load("model.npub")                     # validated; refuses another target's binary
     res = npuc.explore(model, inputs, base="npu-mid", sweep={"array.rows": [8, 16, 32]}, out="dse/")
     rep = npuc.debug(model, example_inputs, target="npu-mid")   # every NPU value against the reference
+    art = npuc.compile(exported_program)              # an ExportedProgram, float or PT2E-quantized
+    art = npuc.compile(model, x, quantize=npuc.QuantOptions(per_channel=False), calibration=samples)
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from npuc.errors import NpucError
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # what type checkers see; at run time the API is imported on first use
+    from npuc.artifact import Artifact, CompileReport, compile, load
+    from npuc.interp import interpret
+    from npuc.pipeline import import_model
+    from npuc.quant.quantizer import NpuQuantizer, QuantOptions
+    from npuc.targets import Target, load_target
+
 _API = {
     "compile": "npuc.artifact",
     "load": "npuc.artifact",
+    "Artifact": "npuc.artifact",
+    "CompileReport": "npuc.artifact",
     "import_model": "npuc.pipeline",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
     "explore": "npuc.dse.sweep",
     "debug": "npuc.debugger",
+    "Target": "npuc.targets",
+    "QuantOptions": "npuc.quant.quantizer",
+    "NpuQuantizer": "npuc.quant.quantizer",
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # The API is imported lazily so that `import npuc` stays cheap for the CLI's --help.
     if name in _API:
         import importlib
 
+        if _API[name] == "npuc.quant.quantizer":
+            from npuc.extras import require
+
+            require("torchao")
         return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'npuc' has no attribute {name!r}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -22,6 +22,11 @@ from npuc.errors import BinaryFormatError, NpucError, TargetError
 from npuc.isa import decode_program
 from npuc.isa.instr import Program
 from npuc.runtime.npub import Npub, load_npub
+
+if TYPE_CHECKING:
+    from npuc.quant.quantizer import QuantOptions
+    from npuc.report.profile import Profile
+    from npuc.targets import Target
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class CompileReport:
     spad_peak: int
     stage_seconds: tuple[tuple[str, float], ...] = ()
     cpu_segment_seconds: tuple[float, ...] = ()  # per CPU segment, hand-over included
+    stage_seconds: tuple[tuple[str, float], ...] = ()  # every stage, export and quantization included
+    code_bytes: int = 0  # the encoded NPU programs, in bytes
 
     def explain(self) -> str:
         """The CPU fallbacks in words: each op, why, and the estimated cost."""
@@ -74,7 +81,8 @@ class CompileReport:
         cpu = len(self.segments) - npu
         return (
             f"{self.kernels} NPU kernels ({self.fused_ops} graph ops fused into them), "
-            f"{npu} NPU and {cpu} CPU segments, {self.instructions:,} instructions; DRAM arena "
+            f"{npu} NPU and {cpu} CPU segments, {self.instructions:,} instructions ({self.code_bytes:,} code bytes); "
+            f"DRAM arena "
             f"{self.arena_bytes:,} bytes (constants {self.constant_bytes:,}, activations {self.activation_peak:,} "
             f"of a naive {self.activation_naive:,}); scratchpad peak {self.spad_peak:,} bytes\n"
         )
@@ -117,6 +125,7 @@ def _report(packaged, records) -> CompileReport:
         spad_peak=max((c.spad_bytes for c in codes), default=0),
         stage_seconds=tuple((r.name, r.seconds) for r in records),
         cpu_segment_seconds=tuple(s.seconds for s in m.segments if not isinstance(s, NpuSegment)),
+        code_bytes=sum(len(c) for c in packaged.npub.code_segments),
     )
 
 
@@ -233,11 +242,11 @@ def target_of(npub: Npub):
 
 
 def compile(  # noqa: A001 (the API's name)
-    model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-    target=None,
-    quantize: str | None = None,
-    calibration=None,
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor | None = None,
+    target: str | Path | Target | None = None,
+    quantize: str | QuantOptions | None = None,
+    calibration: Sequence[Any] | None = None,
     *,
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
@@ -245,20 +254,30 @@ def compile(  # noqa: A001 (the API's name)
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
 
-    ``quantize="int8"`` quantizes the model for the target first (docs/quantization.md): the
-    NpuQuantizer's ranges come from running ``calibration``, a list of samples (each a tuple of
-    input tensors like ``example_inputs``; None: the example inputs alone), and the int8 graph
-    runs on the NPU bit for bit as npuc's integer reference interpreter computes it; ``art.run``
-    still takes and returns float tensors (quantized and dequantized at the edges).
-    ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after`` (graph-pass or
-    backend stage names), ``print_after_all``, ``dump_dir``, ``out``.
+    ``model`` is an nn.Module, a ``torch.export.ExportedProgram`` (its own example inputs are used
+    when ``example_inputs`` is None) or a model the user quantized with PT2E (converted by
+    ``convert_pt2e``, or its export), which compiles to int8 as it is.
+    ``quantize="int8"`` or ``quantize=QuantOptions(...)`` quantizes the model for the target first
+    (docs/quantization.md): the NpuQuantizer's ranges come from running ``calibration``, a list of
+    samples (each a tuple of input tensors like ``example_inputs``; None: the example inputs
+    alone), and the int8 graph runs on the NPU bit for bit as npuc's integer reference interpreter
+    computes it; ``art.run`` still takes and returns float tensors (quantized and dequantized at
+    the edges).  ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after``
+    (stage names), ``print_after_all``, ``dump_dir``, ``out``.
     """
-    from npuc.frontend import import_graph
+    from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
-    from npuc.pipeline import run_backend, run_graph_passes, split_stage_names
+    from npuc.pipeline import FRONT_STAGES, run_backend, run_frontend, run_graph_passes, split_stage_names
 
     tgt = resolve_target(target)
-    precision = choose_precision(tgt, quantize)
+    options = quant_options(quantize)
+    kind = model_kind(model)
+    int8 = options is not None or kind in ("quantized-program", "quantized-module")
+    precision = choose_precision(tgt, "int8" if int8 else None)
+    if example_inputs is None:
+        if not isinstance(model, torch.export.ExportedProgram):
+            raise NpucError("compile() needs example inputs for a module (only an ExportedProgram carries its own)")
+        example_inputs = program_inputs(model)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     print_after = tuple(runner_opts.pop("print_after", ()))
@@ -268,38 +287,46 @@ def compile(  # noqa: A001 (the API's name)
     unknown = set(runner_opts) - {"verify_each", "print_after_all", "dump_dir", "out"}
     if unknown:
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
-    if on_stage is not None:
-        on_stage("import" if quantize is None else "quantize")
-    if quantize is None:
-        g = import_graph(model, tuple(example_inputs), name=name)
-    else:
-        g = quantized_graph(model, tuple(example_inputs), tgt, calibration, name)
+    g = run_frontend(model, tuple(example_inputs), quantize=options, calibration=calibration, target=tgt,
+                     name=name or _default_name(model), records=records, on_stage=on_stage,
+                     print_after=[n for n in graph_names if n in FRONT_STAGES], **runner_opts)
     if on_stage is not None:
         on_stage("graph passes")
-    g = run_graph_passes(g, print_after=graph_names, records=records, **runner_opts)
-    packaged = run_backend(io_edges(g, precision), tgt, precision, model_name=name or g.name,
-                           print_after=backend_names, records=records, on_stage=on_stage, **runner_opts)
+    g = run_graph_passes(g, print_after=[n for n in graph_names if n not in FRONT_STAGES], records=records,
+                         **runner_opts)
+    packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
+                           records=records, on_stage=on_stage, **runner_opts)
     return _artifact(packaged, tgt, records)
 
 
-def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None):
-    """The int8 graph of ``model``: quantized for ``target`` with the calibration samples (None:
-    the example inputs alone) and imported (npuc.frontend.quantized.import_quantized)."""
-    try:
-        from npuc.frontend.quantized import import_quantized
-    except ImportError:
-        raise NpucError("this npuc cannot import quantized models (npuc.frontend.quantized is missing)") from None
-    samples = [example_inputs] if calibration is None else calibration
-    return import_quantized(model, example_inputs, samples, target=target, name=name)
+def quant_options(quantize: str | QuantOptions | None) -> QuantOptions | None:
+    """QuantOptions from compile()'s ``quantize`` argument: None, "int8" (the defaults) or QuantOptions."""
+    if quantize is None:
+        return None
+    if isinstance(quantize, str):
+        if quantize != "int8":
+            raise NpucError(f"quantize={quantize!r} is not a quantization npuc knows; use None, 'int8' or a QuantOptions")
+        from npuc.extras import quantizer
+
+        return quantizer().QuantOptions()
+    if type(quantize).__name__ == "QuantOptions" and hasattr(quantize, "float_ops"):
+        return quantize
+    raise NpucError(f"quantize must be 'int8' or a QuantOptions, got a {type(quantize).__name__}")
 
 
-def io_edges(g, precision):
-    """An int8 graph with the quantize of its inputs and the dequantize of its outputs left to
-    the runtime (npuc.lower.io_quant); a float graph unchanged."""
-    from npuc.isa.enums import DType
-    from npuc.lower.io_quant import absorb_io_quantization
+def quantized_graph(model: Any, example_inputs: tuple, target, calibration, name: str | None, options=None):
+    """The unoptimized int8 graph of a float ``model``: quantized for ``target`` with the
+    calibration samples (through the front-end stages: one export, quantize, import)."""
+    from npuc.pipeline import run_frontend
 
-    return absorb_io_quantization(g) if precision.dtype is DType.int8 else g
+    return run_frontend(model, tuple(example_inputs), quantize=options or quant_options("int8"),
+                        calibration=calibration, target=target, name=name)
+
+
+def _default_name(model: Any) -> str:
+    if isinstance(model, torch.export.ExportedProgram):
+        return "main"
+    return type(model).__name__
 
 
 def _artifact(packaged, tgt, records) -> Artifact:
@@ -316,7 +343,7 @@ def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: An
     tgt = resolve_target(target)
     records: list = []
     precision = choose_precision(tgt, quantize)
-    packaged = run_backend(io_edges(g, precision), tgt, precision, records=records, **runner_opts)
+    packaged = run_backend(g, tgt, precision, records=records, **runner_opts)
     return _artifact(packaged, tgt, records)
 
 

@@ -24,8 +24,9 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False)
 
 MODEL_HELP = (
-    "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`) "
-    "or a user file path/to/file.py:function whose function returns (model, example_inputs)."
+    "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`), "
+    "a user file path/to/file.py:function whose function returns (model, example_inputs), "
+    "or a .pt2 file saved by torch.export.save (float, or already quantized with PT2E)."
 )
 
 
@@ -295,8 +296,19 @@ def _stage_progress(status):
               default=None, metavar="FILE.npz",
               help="With --quantize: calibration samples from a .npz holding one array per model input "
                    "(in order), each with a leading sample dimension.")
+@click.option("--per-tensor", "per_tensor", is_flag=True,
+              help="With --quantize: one weight scale per tensor (default: one per output channel).")
+@click.option("--symmetric-activations", is_flag=True,
+              help="With --quantize: activations with zero point 0 (default: asymmetric).")
+@click.option("--observer", type=click.Choice(["minmax", "histogram"]), default=None,
+              help="With --quantize: how calibration measures ranges (default: minmax).")
+@click.option("--float-ops", "float_ops", default=None, metavar="OP,OP",
+              help="With --quantize: graph ops left in float, comma-separated (default: softmax,layer_norm).")
+@click.option("--input", "input_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="For a .pt2 MODEL: a .npy file per model input, in order (default: the program's example inputs).")
 @click.option("--print-after", "print_after", multiple=True, metavar="STAGE",
-              help="Print the IR after this stage: a graph pass or partition, fuse, memory_plan, codegen, package.")
+              help="Print the IR after this stage: export, quantize, a graph pass, or io_edges, partition, fuse, "
+                   "memory_plan, codegen, package.")
 @click.option("--print-after-all", is_flag=True, help="Print the IR after every stage.")
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the IR of every stage to this folder.")
@@ -304,16 +316,16 @@ def _stage_progress(status):
 @click.option("--json", "as_json", is_flag=True,
               help="Print what the compilation decided as JSON (segments, sizes, CPU ops with reasons and costs).")
 @user_errors
-def compile_cmd(model, target, output, quantize, calibration, calibration_data, print_after, print_after_all,
-                dump_dir, explain, as_json):
+def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,
+                observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
-    from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
+    module, inputs = _load_compile_model(model, input_files)
+    options = _quant_options(quantize, per_tensor, symmetric_activations, observer, float_ops)
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     with (contextlib.nullcontext() if as_json else console.status(f"compiling {model}")) as status:
-        art = npuc.compile(module, inputs, target=target, quantize=quantize, calibration=samples, name=model,
+        art = npuc.compile(module, inputs, target=target, quantize=options, calibration=samples, name=model,
                            on_stage=None if status is None else _stage_progress(status), print_after=print_after,
                            print_after_all=print_after_all, dump_dir=dump_dir)
         art.save(output)
@@ -333,6 +345,43 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
 
 
 DEFAULT_CALIBRATION = 8
+
+
+def _load_compile_model(model: str, input_files):
+    """(model, example inputs) of MODEL: a .pt2 program (inputs from --input files or its own
+    example inputs) or what npuc.zoo.load_model gives."""
+    if model.endswith(".pt2"):
+        import numpy as np
+        import torch
+
+        from npuc.frontend.models import load_pt2, program_inputs
+
+        ep = load_pt2(model)
+        if input_files:
+            return ep, tuple(torch.from_numpy(np.load(f)) for f in input_files)
+        return ep, program_inputs(ep)
+    if input_files:
+        raise click.UsageError("--input is for a .pt2 MODEL (other models bring their example inputs)")
+    from npuc.zoo import load_model
+
+    return load_model(model)
+
+
+def _quant_options(quantize, per_tensor, symmetric_activations, observer, float_ops):
+    """QuantOptions from the --quantize flags; None without --quantize (UsageError if a flag was given)."""
+    given = per_tensor or symmetric_activations or observer is not None or float_ops is not None
+    if quantize is None:
+        if given:
+            raise click.UsageError("--per-tensor, --symmetric-activations, --observer and --float-ops need --quantize int8")
+        return None
+    from npuc.extras import quantizer
+
+    QuantOptions = quantizer().QuantOptions
+    kwargs = {}
+    if float_ops is not None:
+        kwargs["float_ops"] = tuple(o.strip() for o in float_ops.split(",") if o.strip())
+    return QuantOptions(per_channel=not per_tensor, symmetric_activations=symmetric_activations,
+                        observer=observer or "minmax", **kwargs)
 
 
 def _calibration_samples(model: str, inputs, quantize, count, data_file):

@@ -61,3 +61,5 @@ class ReportError(NpucError):
 
 class ExploreError(NpucError):
     """A design-space sweep is malformed: an unknown key, a bad value, an unknown objective."""
+class MissingExtraError(NpucError):
+    """An optional dependency of npuc is not installed; the message names what to install."""

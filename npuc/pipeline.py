@@ -7,9 +7,13 @@ its own verifier and text form.
 
 ::
 
-    torch.nn.Module + example inputs
-      import       npuc.frontend.import_graph           torch.export -> core ATen -> graph IR
+    torch.nn.Module, ExportedProgram or converted PT2E module + example inputs
+      export       npuc.frontend.export                 torch.export (once), core ATen for float
+      quantize     npuc.quant.quantizer                 int8: prepare_pt2e, calibration, convert_pt2e
+      import       npuc.frontend.importer               -> graph IR (quantized ops recognized)
       graph passes GRAPH_PASSES, below                   each verified; printable and dumpable
+      io_edges     npuc.lower.io_quant                  int8: edge quantize/dequantize to the runtime
+      backend      BACKEND_STAGES, below
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -174,16 +178,151 @@ def run_graph_passes(
     return run_stages(g, stages, opts)
 
 
-def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | None = None, **runner_opts: Any) -> Graph:
-    """torch.export ``model`` on ``example_inputs``, import it and run the graph passes."""
-    from npuc.frontend import import_graph
+def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: tuple | None = None, *,
+                 name: str | None = None, **runner_opts: Any) -> Graph:
+    """The optimized graph of ``model`` (an nn.Module exported here, an ExportedProgram, or a
+    model quantized with PT2E): imported, then the graph passes."""
+    from npuc.frontend.models import program_inputs
 
-    g = import_graph(model, example_inputs, name=name)
+    if example_inputs is None:
+        if not isinstance(model, torch.export.ExportedProgram):
+            raise CompileError("import_model() needs example inputs for a module (only an ExportedProgram carries its own)")
+        example_inputs = program_inputs(model)
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    default = "main" if isinstance(model, torch.export.ExportedProgram) else type(model).__name__
+    g = run_frontend(model, tuple(example_inputs), name=name or default)
     return run_graph_passes(g, **runner_opts)
+
+
+# ================================================================================= frontend
+#
+#   export     the model captured by torch.export: decomposed to core ATen for a float compile,
+#              left in torch.export's training IR for PT2E (an ExportedProgram given is not exported)
+#   quantize   int8: NpuQuantizer, calibration, convert (a model already converted skips it)
+#   import     the graph IR (timed here; printed and dumped as stage 0 by run_graph_passes)
+
+FRONT_STAGES = ("export", "quantize")
+
+
+def _program_text(x: Any) -> str:
+    gm = x.graph_module if isinstance(x, torch.export.ExportedProgram) else x
+    return gm.print_readable(print_output=False)
+
+
+def _verify_converted(gm: Any) -> None:
+    """VerifyError when a converted module holds no quantize/dequantize op at all."""
+    from npuc.frontend.quantized import is_quantized
+
+    if not is_quantized(gm.graph):
+        raise VerifyError("the quantized module holds no quantize/dequantize op: nothing was quantized")
+
+
+def run_frontend(
+    model: Any,
+    example_inputs: tuple,
+    *,
+    quantize: Any = None,
+    calibration: Any = None,
+    target: Any = None,
+    name: str | None = None,
+    records: list[StageRecord] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    verify_each: bool = True,
+    print_after: Sequence[str] = (),
+    print_after_all: bool = False,
+    dump_dir: Path | str | None = None,
+    out: TextIO | None = None,
+    with_origins: bool = False,
+) -> Any:
+    """The unoptimized graph of ``model``: an nn.Module, an ExportedProgram (core ATen or PT2E
+    Q/DQ) or a module converted by ``convert_pt2e``; ``quantize`` (QuantOptions) quantizes a float
+    model with the ``calibration`` samples.  Export and quantize are stages (timed, printed and
+    dumped as ``00-export.txt``, ``00-quantize.txt``); the import is timed as ``import``.
+    ``with_origins``: return ``(graph, origins)``, origins mapping each graph value name to the
+    FX node it was imported from (for an ExportedProgram)."""
+    from npuc.frontend.models import model_kind
+
+    opts = RunOptions(verify_each, tuple(n for n in print_after if n in FRONT_STAGES), print_after_all,
+                      dump_dir, out or sys.stdout, records)
+    kind = model_kind(model)
+    if kind in ("quantized-program", "quantized-module") and quantize is not None:
+        raise CompileError("the model is already quantized (it holds PT2E quantize/dequantize ops): "
+                           "compile it without quantize options")
+
+    def stage(name_: str, fn: Callable[[Any], Any], x: Any, verify_fn: Callable[[Any], Any] = lambda _: None) -> Any:
+        if on_stage is not None:
+            on_stage(name_)
+        one = replace(opts, print_after=tuple(n for n in opts.print_after if n == name_))
+        return run_stages(x, [Stage(name_, fn, verify_fn, _program_text)], one, first_index=0)
+
+    ir = model
+    if kind == "module":
+        ir = stage("export", lambda m: _export(m, example_inputs, quantize is not None), model)
+        kind = "program"
+    elif kind in ("program", "quantized-program") and quantize is None:
+        from npuc.frontend.export import decompose_program
+
+        ir = stage("export", decompose_program, model)
+    elif kind == "quantized-module":  # converted by the user: its shape metadata may be stale (QAT)
+        from npuc.frontend.quantized import refresh_shapes
+
+        refresh_shapes(model, example_inputs)
+    if quantize is not None:
+        qz = _quantizer()
+        samples = [example_inputs] if calibration is None else calibration
+
+        def quantize_program(ep: Any) -> Any:
+            from npuc.quant.calibrate import check_calibration
+
+            return qz.quantize_captured(ep, check_calibration(samples, example_inputs), target, quantize)
+
+        ir = stage("quantize", quantize_program, ir, _verify_converted)
+        kind = "quantized-module"
+    if on_stage is not None:
+        on_stage("import")
+    start = time.perf_counter()
+    g, origins = _import(ir, kind, name or "main", quantize)
+    if records is not None:
+        records.append(StageRecord("import", time.perf_counter() - start, _size(g)))
+    return (g, origins) if with_origins else g
+
+
+def _quantizer() -> Any:
+    """npuc.frontend.pt2e (the PT2E flow), whose import needs torchao (MissingExtraError)."""
+    import importlib
+
+    from npuc.extras import quantizer
+
+    quantizer()
+    return importlib.import_module("npuc.frontend.pt2e")
+
+
+def _export(model: Any, example_inputs: tuple, for_pt2e: bool) -> Any:
+    from npuc.frontend.export import capture_program, export_program
+
+    if for_pt2e:
+        return capture_program(model.eval(), example_inputs)
+    return export_program(model, example_inputs)
+
+
+def _import(ir: Any, kind: str, name: str, quantize: Any) -> tuple[Graph, dict[str, str]]:
+    """The graph of ``ir`` and the FX node each value came from (empty for a converted module)."""
+    from npuc.frontend.importer import import_with_origins
+    from npuc.frontend.quantized import DEFAULT_FLOAT_OPS, import_quantized_module, recognize_quantized
+
+    float_ops = quantize.float_ops if quantize is not None else DEFAULT_FLOAT_OPS
+    if kind == "quantized-module":
+        return import_quantized_module(ir, name=name, float_ops=float_ops), {}
+    g, origins = import_with_origins(ir, name=name)
+    if kind == "quantized-program":
+        g = recognize_quantized(g, float_ops)
+    return g, origins
 
 
 # ================================================================================== backend
 #
+#   io_edges     npuc.lower.io_quant       int8: the edge quantize/dequantize left to the runtime
 #   partition    npuc.lower.partition      each node -> NPU kernels, or the CPU with a reason
 #   fuse         npuc.lower.fusion         elementwise work into its producer's epilogue
 #   memory_plan  npuc.codegen.memory_plan  DRAM arena: constants, IO, activations by liveness
@@ -192,7 +331,7 @@ def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | N
 #
 # See docs/compiler.md.
 
-BACKEND_STAGES = ("partition", "fuse", "memory_plan", "codegen", "package")
+BACKEND_STAGES = ("io_edges", "partition", "fuse", "memory_plan", "codegen", "package")
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,10 +356,12 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     from npuc.codegen.driver import code_text, compile_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
+    from npuc.isa.enums import DType
     from npuc.kir.program import NpuSegment
     from npuc.kir.text import print_lowered
     from npuc.kir.verify import verify_lowered
     from npuc.lower.fusion import fuse
+    from npuc.lower.io_quant import absorb_io_quantization
     from npuc.lower.partition import partition
     from npuc.runtime.npub_validate import validate_npub
 
@@ -244,7 +385,11 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         except CompileError as e:
             raise VerifyError(str(e)) from None
 
+    def io_edges(g: Graph) -> Graph:
+        return absorb_io_quantization(g) if precision.dtype is DType.int8 else g
+
     return [
+        Stage("io_edges", announce("io_edges", io_edges), verify, print_graph, constants_manifest, ".npuir"),
         Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
         Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
         Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
@@ -266,8 +411,9 @@ def _package_text(p: Packaged) -> str:
 def split_stage_names(names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """--print-after names split into (graph-level, backend) ones; CompileError for unknown names."""
     graph_names = ["import"] + [p.__name__ for p in GRAPH_PASSES]
-    check_stage_names(names, graph_names + list(BACKEND_STAGES))
-    return tuple(n for n in names if n in graph_names), tuple(n for n in names if n in BACKEND_STAGES)
+    check_stage_names(names, list(FRONT_STAGES) + graph_names + list(BACKEND_STAGES))
+    return (tuple(n for n in names if n in graph_names or n in FRONT_STAGES),
+            tuple(n for n in names if n in BACKEND_STAGES))
 
 
 def run_backend(

@@ -110,8 +110,9 @@ def token_inputs(seq_len: int = TOKEN_SEQ_LEN, vocab: int = TOKEN_VOCAB) -> Call
 
 def _torchvision(name: str) -> Callable[[], torch.nn.Module]:
     def build() -> torch.nn.Module:
-        import torchvision.models as tvm
+        from npuc.extras import require
 
+        tvm = require("torchvision.models")
         return getattr(tvm, name)(weights=None)
 
     return build

@@ -102,14 +102,16 @@ def _float_report(art, g, inputs: tuple, label: str) -> DebugReport:
 
 
 def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) -> DebugReport:
-    from npuc.artifact import io_edges
     from npuc.debugger.quant_cost import float_name_map, noise_shares, quantized_alone, suggest_float_ops
     from npuc.interp import interpret_all
     from npuc.lower.precision import choose_precision
     from npuc.quant.arith import dequantize_tensor
     from npuc.runtime.executor import host_to_stored
 
-    gio = io_edges(gq, choose_precision(art.target, "int8"))
+    from npuc.lower.io_quant import absorb_io_quantization
+
+    choose_precision(art.target, "int8")  # refuses a target without int8, as the compile did
+    gio = absorb_io_quantization(gq)  # the edge quantize/dequantize left to the runtime
     stored = tuple(host_to_stored(v.type, x) for v, x in zip(gio.inputs, inputs))
     qref = interpret_all(gio, *stored)
     fref = interpret_all(gf, *inputs)

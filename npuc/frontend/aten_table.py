@@ -41,6 +41,14 @@ DROPPED = "(dropped)"
 ATEN_TABLE: dict[str, AtenRule] = {}
 
 
+# Entries for torch.export's training IR only (a converted PT2E module imported without a second
+# export, npuc.frontend.importer.import_graph_module): core-ATen exports never contain them.
+TRAINING_IR_OPS = frozenset({
+    "aten.conv2d.default", "aten.conv1d.default", "aten.flatten.using_ints", "aten.reshape.default",
+    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default",
+})
+
+
 def rule(graph_ops: str, *aten_names: str, fold: bool = True) -> Callable[[Converter], Converter]:
     """Register ``fn`` as the converter of each ATen overload in ``aten_names``.
 
@@ -113,8 +121,25 @@ def _identity(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["self"])
 
 
+@rule(IDENTITY, "aten.dropout.default")
+def _dropout(ctx: ConvertContext, a: dict) -> Value:
+    """Dropout of an inference graph (torch.export's training IR of a model in eval mode)."""
+    if a["train"]:
+        raise Unsupported("dropout in training mode is random; call model.eval() before exporting")
+    return ctx.value(a["input"])
+
+
 @rule("cast", "aten._to_copy.default")
 def _to_copy(ctx: ConvertContext, a: dict) -> Value:
+    return ctx.value(a["self"], ctx.out_dtype())
+
+
+@rule("cast", "dim_order_ops._to_dim_order_copy.default")
+def _to_dim_order_copy(ctx: ConvertContext, a: dict) -> Value:
+    """ExecuTorch's edge dialect: a cast in the contiguous dimension order (others are refused)."""
+    order = a["dim_order"]
+    if order is not None and list(order) != sorted(order):
+        raise Unsupported(f"a copy to dimension order {list(order)}: npuc imports contiguous tensors")
     return ctx.value(a["self"], ctx.out_dtype())
 
 
@@ -306,6 +331,12 @@ def _convolution(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(y, ctx.out_shape())
 
 
+@rule("conv2d", "aten.conv2d.default", "aten.conv1d.default")
+def _conv(ctx: ConvertContext, a: dict) -> Value:
+    """torch.export's training IR (a converted PT2E model): the convolution, not transposed."""
+    return _convolution(ctx, {**a, "transposed": False})
+
+
 def _window(v: Any, spatial: int, name: str) -> tuple[int, ...]:
     """A convolution's per-dim stride/padding/dilation as a tuple of ``spatial`` ints."""
     if isinstance(v, str):
@@ -356,6 +387,22 @@ def _addmm(ctx: ConvertContext, a: dict) -> Value:
 @rule("batch_norm", "aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(ctx: ConvertContext, a: dict) -> tuple:
     return (_batch_norm_value(ctx, a), Dropped("saved mean of batch_norm"), Dropped("saved inverse std of batch_norm"))
+
+
+@rule("batch_norm", "aten.native_batch_norm.default")
+def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
+    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval)."""
+    if a["training"]:
+        raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
+    return _batch_norm(ctx, a)
+
+
+@rule("batch_norm", "aten.batch_norm.default")
+def _batch_norm_training_ir(ctx: ConvertContext, a: dict) -> Value:
+    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode."""
+    if a["training"]:
+        raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
+    return _batch_norm_value(ctx, a)
 
 
 def _batch_norm_value(ctx: ConvertContext, a: dict) -> Value:
@@ -520,7 +567,8 @@ rule("reduce_min, neg, argmax", "aten.min.dim")(_extreme_with_index(smallest=Tru
 # ------------------------------------------------------------------------------ shape and data movement
 
 
-@rule("reshape", "aten.view.default", "aten.squeeze.dims", "aten.unsqueeze.default")
+@rule("reshape", "aten.view.default", "aten.squeeze.dims", "aten.unsqueeze.default", "aten.flatten.using_ints",
+      "aten.reshape.default")
 def _reshape(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(ctx.value(a["self"]), ctx.out_shape())
 

@@ -68,6 +68,17 @@ def export_program(
     dynamic_shapes: Any = None,
 ) -> ExportedProgram:
     """Export ``model`` and decompose it to core ATen (keeping :data:`KEPT_OPS`)."""
+    return decompose_program(capture_program(model, example_inputs, strict=strict, dynamic_shapes=dynamic_shapes))
+
+
+def capture_program(
+    model: torch.nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    *,
+    strict: bool = False,
+    dynamic_shapes: Any = None,
+) -> ExportedProgram:
+    """``torch.export.export`` of ``model`` (torch.export's training IR, not decomposed)."""
     if dynamic_shapes is not None:
         raise DynamicShapeError(
             "a dynamic_shapes request was given, but npuc compiles static shapes only: export with "
@@ -81,18 +92,39 @@ def export_program(
             ep = torch.export.export(model, inputs, strict=strict)
         except Exception as e:  # torch.export raises many exception types; all mean the same to a user
             raise export_error(e) from e
-        check_static(ep)
-        table = torch.export.default_decompositions()
-        for op in KEPT_OPS:
-            if op in table:
-                del table[op]
+    check_static(ep)
+    return ep
+
+
+def decomposition_table() -> dict:
+    """torch.export's core-ATen decomposition table without the ops of :data:`KEPT_OPS`."""
+    table = torch.export.default_decompositions()
+    for op in KEPT_OPS:
+        if op in table:
+            del table[op]
+    return table
+
+
+def decompose_program(ep: ExportedProgram) -> ExportedProgram:
+    """``ep`` decomposed to core ATen (keeping :data:`KEPT_OPS`); checked for static shapes and
+    for writes to its own state."""
+    check_static(ep)
+    if is_edge_program(ep):  # ExecuTorch's edge dialect is core ATen already
+        check_no_mutation(ep)
+        return ep
+    with quiet_torch_logs():
         try:
-            ep = ep.run_decompositions(table)
+            ep = ep.run_decompositions(decomposition_table())
         except Exception as e:
             raise export_error(e, stage="decomposing the exported program to core ATen") from e
     check_static(ep)
     check_no_mutation(ep)
     return ep
+
+
+def is_edge_program(ep: ExportedProgram) -> bool:
+    """Whether ``ep`` is in ExecuTorch's edge dialect (its ops are ``EdgeOpOverload``)."""
+    return any(n.op == "call_function" and type(n.target).__name__ == "EdgeOpOverload" for n in ep.graph.nodes)
 
 
 @contextlib.contextmanager

@@ -69,9 +69,14 @@ def _quantize_per_tensor(ctx: ConvertContext, a: dict) -> Value:
 
 @rule("dequantize", DQPT, fold=False)
 def _dequantize_per_tensor(ctx: ConvertContext, a: dict) -> Value:
-    _require_int8_range(a, "dequantization")
     scale, zp = float(a["scale"]), int(a["zero_point"])
     r = ctx.resolve(a["input"])
+    if isinstance(r, Folded) and r.tensor.dtype in (torch.int8, torch.int32):
+        # a weight (int8, symmetric in [-127, 127]) or bias (int32) quantized per tensor
+        name = _constant_name(ctx, r.tensor, r.name)
+        x = ctx.builder.constant(name, r.tensor, quant=QuantParams((scale,), (zp,), None))
+        return ctx.add("dequantize", (x,))
+    _require_int8_range(a, "dequantization")
     if isinstance(r, Folded):
         x = ctx.builder.constant(r.name, r.tensor, quant=QuantParams((scale,), (zp,), None))
     else:
@@ -355,7 +360,7 @@ def import_quantized(
 
     q = quantize(model, example_inputs, calibration, target, options)
     float_ops = options.float_ops if options is not None else DEFAULT_FLOAT_OPS
-    return import_quantized_program(q.program, name=name or type(model).__name__, float_ops=float_ops)
+    return import_quantized_module(q.module, name=name or type(model).__name__, float_ops=float_ops)
 
 
 def import_quantized_program(
@@ -366,3 +371,29 @@ def import_quantized_program(
     from npuc.frontend.importer import import_program
 
     return recognize_quantized(import_program(ep, name=name), float_ops)
+
+
+def import_quantized_module(
+    gm: torch.fx.GraphModule, *, name: str = "main", float_ops: Collection[str] = DEFAULT_FLOAT_OPS
+) -> Graph:
+    """Import a module converted by ``convert_pt2e`` as it is (no second export) and recognize
+    its quantized ops (leaving the graph ops named in ``float_ops`` in float)."""
+    from npuc.frontend.importer import import_graph_module
+
+    return recognize_quantized(import_graph_module(gm, name=name), float_ops)
+
+
+def refresh_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+    """Recompute every node's ``val`` metadata on fake copies of ``example_inputs``: torchao's QAT
+    rewrites leave the shapes of the small pattern they were traced with on the nodes they add."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) for x in example_inputs])
+
+
+def is_quantized(graph: torch.fx.Graph) -> bool:
+    """Whether an FX graph holds PT2E's quantize/dequantize ops (a converted model)."""
+    return any(n.op == "call_function" and str(n.target).startswith("quantized_decomposed.")
+               for n in graph.nodes)

@@ -110,6 +110,10 @@ class GraphBuilder:
         """Keep ``names`` for values that will be named so later (a ``Sequential`` child's module
         path "0" must not lose its name to a numbered value)."""
         self._reserved.update(n for n in names if n not in self._names)
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes added so far, in order."""
+        return tuple(self._nodes)
 
     def fresh_name(self, hint: str | None = None) -> str:
         """A value name not used yet: ``hint`` (or ``hint_1``, ``hint_2``, ...) when it is an

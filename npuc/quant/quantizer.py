@@ -25,6 +25,7 @@ from npuc._quiet import quiet_torchao_import
 
 quiet_torchao_import()
 
+from torchao.quantization.pt2e.fake_quantize import FakeQuantize  # noqa: E402
 from torchao.quantization.pt2e.observer import (  # noqa: E402
     HistogramObserver,
     MinMaxObserver,
@@ -54,16 +55,32 @@ class QuantOptions:
     ``float_ops``: graph op names left in float (softmax and layer_norm have no int8 form).
     ``observer``: ``"minmax"`` (ranges as seen) or ``"histogram"`` (ranges that minimize the
     quantization error, slower to calibrate).
+    ``qat``: fake-quantize modules instead of observers, for quantization-aware training with
+    ``prepare_qat_pt2e`` (the observer kind then sets how each fake-quantize measures ranges).
     """
 
     per_channel: bool = True
     symmetric_activations: bool = False
     float_ops: tuple[str, ...] = ("softmax", "layer_norm")
     observer: str = "minmax"
+    qat: bool = False
 
     def __post_init__(self) -> None:
-        if self.observer not in ("minmax", "histogram"):
+        if self.observer not in OBSERVERS:
             raise NpucError(f"QuantOptions.observer must be 'minmax' or 'histogram', got {self.observer!r}")
+        if isinstance(self.float_ops, str) or not all(isinstance(o, str) for o in self.float_ops):
+            raise NpucError(f"QuantOptions.float_ops must be a tuple of graph op names, got {self.float_ops!r}")
+        object.__setattr__(self, "float_ops", tuple(self.float_ops))
+
+
+OBSERVERS = ("minmax", "histogram")
+
+
+def _observed(observer: Any, options: QuantOptions, **kwargs: Any) -> Any:
+    """The observer constructor of a spec, or with ``options.qat`` a fake-quantize around it."""
+    if options.qat:
+        return FakeQuantize.with_args(observer=observer, **kwargs)
+    return observer.with_args(**kwargs)
 
 
 # ---------------------------------------------------------------------------- ATen op classes
@@ -101,6 +118,9 @@ SHARING_OPS = {
     aten.constant_pad_nd.default: "pad",
 }
 CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
+# Batch norms left in the graph for quantization-aware training (folded by convert_pt2e).
+BATCH_NORMS = (aten.batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit_no_training.default, aten.cudnn_batch_norm.default)
 
 
 # ---------------------------------------------------------------------------- specs
@@ -112,7 +132,7 @@ def activation_spec(options: QuantOptions) -> QuantizationSpec:
     scheme = torch.per_tensor_symmetric if options.symmetric_activations else torch.per_tensor_affine
     return QuantizationSpec(
         dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=scheme,
-        observer_or_fake_quant_ctr=observer.with_args(eps=2**-12),
+        observer_or_fake_quant_ctr=_observed(observer, options, eps=2**-12),
     )
 
 
@@ -121,11 +141,11 @@ def weight_spec(options: QuantOptions) -> QuantizationSpec:
     if options.per_channel:
         return QuantizationSpec(
             dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
-            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=2**-12),
+            observer_or_fake_quant_ctr=_observed(PerChannelMinMaxObserver, options, eps=2**-12),
         )
     return QuantizationSpec(
         dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_tensor_symmetric,
-        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12),
+        observer_or_fake_quant_ctr=_observed(MinMaxObserver, options, eps=2**-12),
     )
 
 
@@ -165,7 +185,20 @@ class NpuQuantizer(Quantizer):
         return model
 
     def validate(self, model: GraphModule) -> None:
-        return None
+        """NpucError naming the first annotated node whose quantization the NPU cannot run: int8
+        activations in [-128, 127] with one scale per tensor; symmetric int8 weights in [-127, 127]
+        per tensor or per output channel (axis 0); int32 biases of zero point 0."""
+        for node in model.graph.nodes:
+            ann = node.meta.get(ANNOTATION_KEY)
+            if ann is None:
+                continue
+            for arg, spec in ann.input_qspec_map.items():
+                problem = spec_problem(spec, _role(node, arg))
+                if problem:
+                    raise NpucError(f"node {node.name} ({node.target}): its input {arg.name} is {problem}")
+            problem = spec_problem(ann.output_qspec, "activation")
+            if problem:
+                raise NpucError(f"node {node.name} ({node.target}): its output is {problem}")
 
     # ------------------------------------------------------------------ per op class
 
@@ -182,9 +215,21 @@ class NpuQuantizer(Quantizer):
                     annotate(node)
                 return
 
+    def _batch_norm_after(self, node: Node) -> Node | None:
+        """The batch norm that is the only user of a convolution (QAT keeps it in the graph
+        until convert folds it: it belongs to the convolution, unobserved)."""
+        users = list(node.users)
+        if node.target in CONV_OPS and len(users) == 1 and users[0].target in BATCH_NORMS:
+            return users[0]
+        return None
+
     def _output_node(self, node: Node) -> Node:
         """The node whose output is observed: a fusable activation that is the only user of
-        ``node`` (and is not kept in float), else ``node`` itself."""
+        ``node`` (or of its QAT batch norm) and is not kept in float, else ``node`` itself (or
+        its batch norm)."""
+        bn = self._batch_norm_after(node)
+        if bn is not None:
+            node = bn
         users = list(node.users)
         if len(users) == 1 and users[0].target in FUSABLE_ACTIVATIONS:
             act = users[0]
@@ -198,9 +243,12 @@ class NpuQuantizer(Quantizer):
         act = activation_spec(self.options)
         if out is node:
             _mark(node, inputs, act)
-        else:
-            _mark(node, inputs, None)
-            _mark(out, {}, act)
+            return
+        _mark(node, inputs, None)
+        bn = self._batch_norm_after(node)
+        if bn is not None and bn is not out:
+            _mark(bn, {}, None)
+        _mark(out, {}, act)
 
     def _weighted(self, node: Node) -> None:
         x, w = node.args[0], node.args[1]
@@ -252,6 +300,39 @@ class NpuQuantizer(Quantizer):
         for p in parts[1:]:
             inputs.setdefault(p, shared)
         _mark(node, inputs, shared)
+
+
+def _role(node: Node, arg: Node) -> str:
+    """What an input of an annotated node is to the NPU: a weight, a bias or an activation."""
+    if node.target in CONV_OPS or node.target in LINEAR_OPS:
+        if len(node.args) > 1 and node.args[1] is arg:
+            return "weight"
+        if len(node.args) > 2 and node.args[2] is arg:
+            return "bias"
+    return "activation"
+
+
+def spec_problem(spec: QuantizationSpecBase | None, role: str) -> str | None:
+    """Why the NPU cannot run a tensor quantized by ``spec`` in ``role`` (None: it can)."""
+    if spec is None or isinstance(spec, SharedQuantizationSpec):
+        return None
+    if not isinstance(spec, (QuantizationSpec, DerivedQuantizationSpec)):
+        return f"quantized by a {type(spec).__name__}, which npuc does not know"
+    want = {"activation": (torch.int8, -128, 127), "weight": (torch.int8, -127, 127),
+            "bias": (torch.int32, -(2**31), 2**31 - 1)}[role]
+    lo = spec.quant_min if spec.quant_min is not None else torch.iinfo(spec.dtype).min
+    hi = spec.quant_max if spec.quant_max is not None else torch.iinfo(spec.dtype).max
+    if (spec.dtype, lo, hi) != want and not (role == "weight" and (spec.dtype, lo, hi) == (torch.int8, -128, 127)):
+        return (f"a {role} quantized to {spec.dtype} in [{lo}, {hi}]; the NPU's {role}s are {want[0]} "
+                f"in [{want[1]}, {want[2]}]")
+    per_channel = spec.qscheme in (torch.per_channel_symmetric, torch.per_channel_affine)
+    if role == "activation" and per_channel:
+        return "an activation quantized per channel; the NPU's activations have one scale per tensor"
+    if role != "activation" and spec.qscheme in (torch.per_tensor_affine, torch.per_channel_affine):
+        return f"a {role} quantized asymmetrically; the NPU's {role}s have zero point 0"
+    if role == "weight" and per_channel and spec.ch_axis not in (0, None):
+        return f"a weight quantized per channel along axis {spec.ch_axis}; the NPU scales output channels (axis 0)"
+    return None
 
 
 def _mark(node: Node, inputs: dict[Node, QuantizationSpecBase], output: QuantizationSpecBase | None) -> None:
