@@ -11,9 +11,11 @@ and run on the reference interpreter and end up as:
 - ``wrong``: anything else -- an output out of tolerance, of another shape or dtype, or an
   exception that is not an NpucError.  npuc accepts no wrong answer.
 
-Integer inputs that parameterize an operator (a Reshape target, Slice bounds, ...) are graph inputs
-in these cases; a case refused for that is retried with its integer inputs fixed at import time
-(``fixed_inputs``), and counted as ``passed_fixed`` when it then passes.
+Operands that parameterize an operator (a Reshape target, Slice bounds, Resize scales, a Clip
+bound, ...) are graph inputs in these cases, where exported models have initializers; a refused
+case with more than one input is retried with its integer and bool inputs fixed at import time
+(``fixed_inputs``), then with every input but the first fixed, and counted as ``passed_fixed`` when it then passes (a refusal then reports
+the retry's reason).
 """
 
 from __future__ import annotations
@@ -38,13 +40,20 @@ class CaseResult:
 @dataclass
 class SuiteCounts:
     results: list[CaseResult] = field(default_factory=list)
+    simulated: list[CaseResult] = field(default_factory=list)
 
     def count(self, outcome: str) -> int:
-        return sum(1 for r in self.results if r.outcome == outcome)
+        return sum(1 for r in self.results + self.simulated if r.outcome == outcome)
+
+    def sim_summary(self) -> str:
+        return (f"simulator: {len(self.simulated)} passing cases compiled, {self.count('sim_passed')} passed, "
+                f"{self.count('sim_wrong')} wrong, {self.count('sim_refused')} refused by the backend, "
+                f"{self.count('cpu_only')} all on the CPU, {self.count('skipped')} without compute, "
+                f"{self.count('sim_overflow')} out of fp16 range, {self.count('sim_crash')} crashed in the backend")
 
     def summary(self) -> str:
         return (f"{len(self.results)} claimed cases: {self.count('passed')} passed, "
-                f"{self.count('passed_fixed')} passed with integer inputs fixed, "
+                f"{self.count('passed_fixed')} passed with parameters fixed, "
                 f"{self.count('refused')} refused, {self.count('wrong')} wrong")
 
 
@@ -75,23 +84,21 @@ def claimed(case) -> bool:
 
 def run_case(case) -> CaseResult:
     ops = case_ops(case)
-    res = _attempt(case, fix_ints=False)
-    if res.outcome == "refused" and _has_int_inputs(case):
-        again = _attempt(case, fix_ints=True)
-        if again.outcome == "passed":
-            return CaseResult(case.name, ops, "passed_fixed", res.detail)
-        if again.outcome == "wrong":
-            return CaseResult(case.name, ops, "wrong", "with integer inputs fixed: " + again.detail)
+    res = _attempt(case, fix_params=None)
+    if res.outcome == "refused" and len(_input_names(case)) > 1:
+        for fix in ("ints", "all_but_first"):
+            again = _attempt(case, fix_params=fix)
+            if again.outcome == "passed":
+                return CaseResult(case.name, ops, "passed_fixed", res.detail)
+            if again.outcome == "wrong":
+                break
+        return CaseResult(case.name, ops, again.outcome, "with parameters fixed: " + again.detail)
     return CaseResult(case.name, ops, res.outcome, res.detail)
 
 
 def _input_names(case) -> list[str]:
     inits = {t.name for t in case.model.graph.initializer}
     return [i.name for i in case.model.graph.input if i.name not in inits]
-
-
-def _has_int_inputs(case) -> bool:
-    return any(as_array(a).dtype.kind in "biu" for a in case.data_sets[0][0]) if case.data_sets else False
 
 
 def as_array(x) -> np.ndarray:
@@ -103,7 +110,16 @@ def as_array(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _attempt(case, fix_ints: bool) -> CaseResult:
+def _fixed(names: list[str], arrays: list[np.ndarray], how: str | None) -> dict[str, np.ndarray]:
+    """The inputs a retry fixes at import time: none, the integer and bool ones, or all but the first."""
+    if how == "ints":
+        return {n: a for n, a in zip(names, arrays) if a.dtype.kind in "biu"}
+    if how == "all_but_first":
+        return dict(list(zip(names, arrays))[1:])
+    return {}
+
+
+def _attempt(case, fix_params: str | None) -> CaseResult:
     from npuc.frontend.onnx_context import tensor_from_numpy
     from npuc.frontend.onnx_import import import_onnx
     from npuc.interp import interpret
@@ -113,7 +129,7 @@ def _attempt(case, fix_ints: bool) -> CaseResult:
     try:
         for inputs, expected in case.data_sets:
             arrays = [as_array(a) for a in inputs]
-            fixed = {n: a for n, a in zip(names, arrays) if fix_ints and a.dtype.kind in "biu"}
+            fixed = _fixed(names, arrays, fix_params)
             shapes = {n: a.shape for n, a in zip(names, arrays) if n not in fixed}
             g = import_onnx(case.model, shapes, fixed_inputs=fixed)
             feeds = [tensor_from_numpy(a) for n, a in zip(names, arrays) if n not in fixed]
@@ -154,10 +170,98 @@ def compare(got, expected, rtol: float, atol: float) -> str | None:
     return None
 
 
-def run_suite(cases=None) -> SuiteCounts:
+def run_suite(cases=None, simulate: bool = False) -> SuiteCounts:
+    """Run every claimed case on the reference interpreter, and with ``simulate`` also the passing
+    ones whose graph the NPU takes (at least one NPU kernel) on the simulator."""
     cases = node_cases() if cases is None else cases
     out = SuiteCounts()
     for c in cases:
         if claimed(c):
-            out.results.append(run_case(c))
+            r = run_case(c)
+            out.results.append(r)
+            if simulate and r.outcome in ("passed", "passed_fixed"):
+                out.simulated.append(simulate_case(c))
     return out
+
+
+def _where(e: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    last = frames[-1] if frames else None
+    return f"{last.filename.rsplit('npuc/', 1)[-1]}:{last.lineno}" if last else "?"
+
+
+def simulate_case(case) -> CaseResult:
+    """Compile a case for the default NPU and run it on the simulator (first data set).
+
+    The NPU computes in fp16; an output is right when its relative L2 error to the expected output
+    is within max(1e-2, 3 x the error the reference itself makes on inputs rounded to fp16), the
+    criterion npuc uses for every float model (npuc.report.accuracy); non-float outputs must be
+    equal.  Outcomes: ``sim_passed``, ``sim_wrong``, ``cpu_only`` (no NPU kernel: nothing to
+    simulate), ``sim_refused`` (an NpucError from the backend, with its reason), ``skipped``
+    (a graph without compute, whose outputs are constants or inputs, or one with a zero-size tensor,
+    which npuc does not compile), ``sim_overflow`` (an
+    output is infinite or NaN where the fp32 answer is finite: an intermediate beyond fp16's range,
+    such as exp(60) in an expanded ReduceLogSumExp), ``sim_crash`` (an exception
+    that is not an NpucError: a backend bug, listed with where it happened).
+    """
+    from npuc.artifact import compile_graph
+    from npuc.frontend.onnx_context import tensor_from_numpy
+    from npuc.frontend.onnx_import import import_onnx
+    from npuc.interp import interpret
+    from npuc.report.accuracy import rel_l2
+
+    ops = case_ops(case)
+    names = _input_names(case)
+    inputs, expected = case.data_sets[0]
+    arrays = [as_array(a) for a in inputs]
+    g = None
+    for how in (None, "ints", "all_but_first"):
+        fixed = _fixed(names, arrays, how)
+        try:
+            g = import_onnx(case.model, {n: a.shape for n, a in zip(names, arrays) if n not in fixed}, fixed_inputs=fixed)
+            break
+        except NpucError:
+            continue
+    if g is None or not any(n.op != "const" for n in g.nodes) or any(v in g.inputs for v in g.outputs):
+        return CaseResult(case.name, ops, "skipped", "no compute node")
+    if any(v.type.numel == 0 for n in g.nodes for v in n.outputs) or any(v.type.numel == 0 for v in g.inputs):
+        return CaseResult(case.name, ops, "skipped", "a zero-size tensor (npuc compiles no empty tensors)")
+    feeds = [tensor_from_numpy(a) for n, a in zip(names, arrays) if n not in fixed]
+    try:
+        art = compile_graph(g)
+    except NpucError as e:
+        return CaseResult(case.name, ops, "sim_refused", str(e).splitlines()[0])
+    except Exception as e:  # a backend bug: counted apart, with where it happened
+        return CaseResult(case.name, ops, "sim_crash", f"{type(e).__name__}: {e} ({_where(e)})")
+    if not any(kind == "npu" and n > 0 for _, kind, n in art.report.segments):
+        return CaseResult(case.name, ops, "cpu_only")
+    try:
+        got = art.run(*feeds)
+    except NpucError as e:
+        return CaseResult(case.name, ops, "sim_refused", str(e).splitlines()[0])
+    except Exception as e:
+        return CaseResult(case.name, ops, "sim_crash", f"{type(e).__name__}: {e} ({_where(e)})")
+    rounded = [f.half().float() if f.dtype == torch.float32 else f for f in feeds]
+    ref16 = interpret(g, *rounded)
+    for k, (o, e, r16) in enumerate(zip(got, expected, ref16)):
+        e = tensor_from_numpy(as_array(e))
+        if tuple(o.shape) != tuple(e.shape):
+            return CaseResult(case.name, ops, "sim_wrong", f"output {k}: shape {list(o.shape)}, expected {list(e.shape)}")
+        if not e.is_floating_point():
+            if not torch.equal(o.to(e.dtype), e):
+                return CaseResult(case.name, ops, "sim_wrong", f"output {k}: differs from the expected values")
+            continue
+        e32, o32 = e.float(), o.float()
+        finite = torch.isfinite(e32)
+        if not torch.equal(finite, torch.isfinite(o32)):
+            if bool((finite & ~torch.isfinite(o32)).any()):
+                return CaseResult(case.name, ops, "sim_overflow",
+                                  f"output {k}: infinities or NaNs where the fp32 answer is finite (fp16 range exceeded)")
+            return CaseResult(case.name, ops, "sim_wrong", f"output {k}: finite values where infinities or NaNs are expected")
+        tol = max(1e-2, 3 * rel_l2(r16.float()[finite], e32[finite]))
+        err = rel_l2(o32[finite], e32[finite])
+        if err > tol:
+            return CaseResult(case.name, ops, "sim_wrong", f"output {k}: relative L2 error {err:.3g} > {tol:.3g}")
+    return CaseResult(case.name, ops, "sim_passed")
