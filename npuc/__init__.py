@@ -3,6 +3,7 @@
 The Python API::
 
     g = npuc.import_model(model, example_inputs)     # torch.export -> graph IR -> graph passes
+    g = npuc.import_onnx("model.onnx")               # an ONNX model (path or ModelProto) -> graph IR
     outs = npuc.interpret(g, *inputs)                 # reference interpreter, list of tensors
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
@@ -19,6 +20,7 @@ _API = {
     "compile": "npuc.artifact",
     "load": "npuc.artifact",
     "import_model": "npuc.pipeline",
+    "import_onnx": "npuc.frontend.onnx_import",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
 }

@@ -176,7 +176,7 @@ def target_of(npub: Npub):
 
 def compile(  # noqa: A001 (the API's name)
     model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor | None = None,
     target=None,
     quantize: str | None = None,
     calibration=None,
@@ -194,6 +194,10 @@ def compile(  # noqa: A001 (the API's name)
     still takes and returns float tensors (quantized and dequantized at the edges).
     ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after`` (graph-pass or
     backend stage names), ``print_after_all``, ``dump_dir``, ``out``.
+
+    ``model`` may also be an ONNX model: a ``.onnx`` path, a ``onnx.ModelProto`` or an
+    ``OnnxModel``; its shapes come from the file, or from ``example_inputs`` when given
+    (``runner_opts["input_shapes"]``, name -> shape, sizes the dynamic dimensions).
     """
     from npuc.frontend import import_graph
     from npuc.lower.precision import choose_precision
@@ -203,6 +207,9 @@ def compile(  # noqa: A001 (the API's name)
     precision = choose_precision(tgt, quantize)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    onnx_model = _onnx_model(model, example_inputs, runner_opts.pop("input_shapes", None), quantize)
+    if onnx_model is None and example_inputs is None:
+        raise NpucError("compile() needs example_inputs for a PyTorch model (only an ONNX model has its shapes in the file)")
     print_after = tuple(runner_opts.pop("print_after", ()))
     graph_names, backend_names = split_stage_names(print_after)
     records = runner_opts.pop("records", None)
@@ -212,7 +219,9 @@ def compile(  # noqa: A001 (the API's name)
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
     if on_stage is not None:
         on_stage("import" if quantize is None else "quantize")
-    if quantize is None:
+    if onnx_model is not None:
+        g = import_graph(onnx_model, onnx_model.example_inputs(), name=name)
+    elif quantize is None:
         g = import_graph(model, tuple(example_inputs), name=name)
     else:
         g = quantized_graph(model, tuple(example_inputs), tgt, calibration, name)
@@ -222,6 +231,22 @@ def compile(  # noqa: A001 (the API's name)
     packaged = run_backend(io_edges(g, precision), tgt, precision, model_name=name or g.name,
                            print_after=backend_names, records=records, on_stage=on_stage, **runner_opts)
     return _artifact(packaged, tgt, records)
+
+
+def _onnx_model(model, example_inputs, input_shapes, quantize):
+    """The OnnxModel ``model`` names, with shapes from ``example_inputs``; None for a PyTorch model."""
+    from npuc.frontend.onnx_model import is_onnx_spec, load_onnx_model
+
+    if not is_onnx_spec(model):
+        return None
+    if quantize is not None:
+        raise NpucError("int8 quantization of ONNX models is not supported (npuc quantizes PyTorch models with PT2E)")
+    m = load_onnx_model(model, input_shapes)
+    if example_inputs is not None:
+        if len(example_inputs) != len(m.specs):
+            raise NpucError(f"the ONNX model takes {len(m.specs)} inputs, {len(example_inputs)} example inputs were given")
+        m = load_onnx_model(m, {n: tuple(x.shape) for (n, _, _), x in zip(m.specs, example_inputs)})
+    return m
 
 
 def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None):

@@ -23,8 +23,21 @@ err_console = Console(stderr=True, highlight=False)
 
 MODEL_HELP = (
     "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`) "
-    "or a user file path/to/file.py:function whose function returns (model, example_inputs)."
+    "or a user file path/to/file.py:function whose function returns (model, example_inputs), "
+    "or an ONNX file path/to/model.onnx (shapes from the file; size dynamic dimensions with --input-shape)."
 )
+
+
+def input_shape_option(fn):
+    """The --input-shape NAME=D0,D1,... option of commands taking an ONNX MODEL."""
+    return click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D0,D1,...",
+                        help="The shape of an ONNX model's input with dynamic dimensions (repeatable).")(fn)
+
+
+def _shapes(input_shape):
+    from npuc.frontend.onnx_model import parse_input_shapes
+
+    return parse_input_shapes(input_shape) if input_shape else None
 
 
 def user_errors(fn):
@@ -72,9 +85,10 @@ def main() -> None:
               help="Write the IR of every stage to this folder.")
 @click.option("--no-passes", is_flag=True, help="Stop after the import; run no graph pass.")
 @click.option("--check/--no-check", default=True, show_default=True,
-              help="Run the graph on the reference interpreter and compare with PyTorch eager.")
+              help="Run the graph on the reference interpreter and compare with PyTorch eager (onnxruntime for ONNX).")
+@input_shape_option
 @user_errors
-def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes, check):
+def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes, check, input_shape):
     """Import MODEL through torch.export, run the graph passes and summarize it."""
     import torch
 
@@ -83,8 +97,8 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
     from npuc.pipeline import run_graph_passes
     from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
-    with console.status(f"exporting {model} with torch.export"):
+    module, inputs = load_model(model, _shapes(input_shape))
+    with console.status(f"importing {model}"):
         raw = import_graph(module, inputs, name=model)
     g = raw
     if not no_passes:
@@ -141,10 +155,13 @@ def _print_match(expected, got) -> None:
 
 @main.command("ops")
 @click.option("--write", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the table as Markdown to this file (docs/ops.md).")
+              help="Also write the table as Markdown to this file (docs/ops.md, or docs/onnx-ops.md with --onnx).")
+@click.option("--onnx", "onnx_ops", is_flag=True, help="List the ONNX operators npuc imports instead.")
 @user_errors
-def ops_cmd(write):
+def ops_cmd(write, onnx_ops):
     """List the graph ops npuc supports and the ATen ops they are imported from."""
+    if onnx_ops:
+        return _onnx_ops(write)
     from npuc.frontend import supported_aten_ops
     from npuc.ir.opdef import all_ops
 
@@ -165,6 +182,36 @@ def ops_cmd(write):
         from npuc.ir.opdoc import ops_markdown
 
         write.write_text(ops_markdown())
+        console.print(f"wrote {write}")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _onnx_ops(write) -> None:
+    from npuc.frontend.onnx_import import require_onnx
+
+    require_onnx()
+    from npuc.frontend.onnx_table import supported_onnx_ops
+
+    t = Table(title="ONNX operators")
+    t.add_column("ONNX operator")
+    t.add_column("graph ops")
+    ops = supported_onnx_ops()
+    for op, graph_ops in ops.items():
+        t.add_row(op, graph_ops)
+    console.print(t)
+    console.print(f"{len(ops)} ONNX operators imported; others fold when their operands are known at import time.")
+    if write is not None:
+        from npuc.frontend.onnx_doc import onnx_ops_markdown
+
+        _write_atomic(write, onnx_ops_markdown().encode())
         console.print(f"wrote {write}")
 
 
@@ -262,14 +309,15 @@ def _stage_progress(status):
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the IR of every stage to this folder.")
 @click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
+@input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, print_after, print_after_all,
-                dump_dir, explain):
+                dump_dir, explain, input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
     from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
+    module, inputs = load_model(model, _shapes(input_shape))
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     with console.status(f"compiling {model}") as status:
         art = npuc.compile(module, inputs, target=target, quantize=quantize, calibration=samples, name=model,
@@ -332,8 +380,8 @@ def load_calibration_npz(path: Path, n_inputs: int) -> list[tuple]:
 # ------------------------------------------------------------------------------------ run
 
 
-def _inputs_for(art, input_files, model):
-    """Inputs from .npy files, else the zoo model's example inputs (seed 0)."""
+def _inputs_for(art, input_files, model, input_shapes=None):
+    """Inputs from .npy files, else the zoo model's (or the ONNX model's) example inputs (seed 0)."""
     import numpy as np
     import torch
 
@@ -344,6 +392,10 @@ def _inputs_for(art, input_files, model):
 
     if name in ZOO:
         return ZOO[name].make_inputs(0)
+    if name.endswith(".onnx"):
+        from npuc.zoo import load_model
+
+        return load_model(name, input_shapes)[1]
     raise click.UsageError("give the inputs with --input file.npy (one per model input) or name a zoo model with --model")
 
 
@@ -354,14 +406,15 @@ def _inputs_for(art, input_files, model):
 @click.option("--model", default=None, help="The model the binary was compiled from, to check the outputs against "
               "PyTorch eager (default: the zoo model named in the binary, if any).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
+@input_shape_option
 @user_errors
-def run_cmd(binary, input_files, model, target):
+def run_cmd(binary, input_files, model, target, input_shape):
     """Run a .npub on the simulator; compare with PyTorch when the model is known."""
     import npuc
     from npuc.zoo import ZOO, load_model
 
     art = npuc.load(binary, target=target)
-    inputs = _inputs_for(art, input_files, model)
+    inputs = _inputs_for(art, input_files, model, _shapes(input_shape))
     with console.status("running on the simulator"):
         outs = art.run(*inputs)
     for i, o in enumerate(outs):
@@ -372,7 +425,7 @@ def run_cmd(binary, input_files, model, target):
         return
     from npuc.report.accuracy import check_outputs
 
-    module, _ = load_model(name)
+    module, _ = load_model(name, _shapes(input_shape))
     if _precision(art) == "int8":
         _print_int8_check(outs, module, inputs)
         return
@@ -458,14 +511,15 @@ def _zero_inputs(art):
 @main.command("demo")
 @click.argument("model", default="torchvision:mobilenet_v2")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Target preset or file.")
+@input_shape_option
 @user_errors
-def demo_cmd(model, target):
+def demo_cmd(model, target, input_shape):
     """Compile MODEL (default MobileNetV2), run it on the simulator, check it against PyTorch, profile it."""
     import npuc
     from npuc.report.accuracy import check_outputs
     from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
+    module, inputs = load_model(model, _shapes(input_shape))
     with console.status(f"compiling {model}") as status:
         art = npuc.compile(module, inputs, target=target, name=model, on_stage=_stage_progress(status))
     console.print(f"compiled {model} for {art.target.name}: " + art.report.summary(), end="", soft_wrap=True,
