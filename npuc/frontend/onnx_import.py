@@ -345,24 +345,17 @@ class _OnnxImporter:
             self.env[out_name] = r
 
     def _fold(self, node, label: str) -> None:
-        """Evaluate ``node`` with ONNX's reference implementation (import-time folding)."""
-        from onnx.reference import ReferenceEvaluator
-
-        feeds = {}
-        for n in node.input:
-            if n:
-                feeds[n] = self.env[n].tensor.numpy()
+        """Evaluate ``node`` at import time: with ONNX's reference implementation, or with
+        onnxruntime where the reference fails (it has gaps, such as some GatherElements shapes)."""
+        feeds = {n: self.env[n].tensor.numpy() for n in node.input if n}
         try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                ev = ReferenceEvaluator(node, opsets={"": self.opset})
-                results = ev.run(None, feeds)
+            results = fold_node(node, feeds, self.opset)
             tensors = tuple(tensor_from_numpy(np.asarray(r)) for r in results)
         except Unsupported as e:
             self._problem(node, label, f"its import-time result: {e}")
             return
         except Exception as e:
-            self._problem(node, label, f"import-time folding (onnx.reference) failed: {type(e).__name__}: {e}")
+            self._problem(node, label, f"import-time folding failed: {type(e).__name__}: {e}")
             return
         self._bind(node, label, tensors if len(tensors) != 1 else tensors[0])
 
@@ -374,6 +367,36 @@ class _OnnxImporter:
     def _problem(self, node, label: str, reason: str) -> None:
         self._fail(node)
         self.problems.append(OnnxProblem(node.op_type, label, reason))
+
+
+def fold_node(node, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
+    """The outputs of one ONNX node on known operands (onnx.reference, then onnxruntime)."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return list(ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds))
+    except Exception as first:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise first from None
+        from onnx import helper
+
+        ins = [helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+               for n, a in feeds.items()]
+        outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+        graph = helper.make_graph([node], "fold", ins, outs)
+        # IR version 10 (onnx 1.16): every onnxruntime this runs with reads it.
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 4
+        try:
+            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            return list(sess.run(None, feeds))
+        except Exception:
+            raise first from None
 
 
 def _input_dtype(g, name: str) -> torch.dtype:
