@@ -65,17 +65,20 @@ class OnnxModel(torch.nn.Module):
 
 
 def _session(proto):
+    """onnxruntime on the model; ONNX's reference implementation when onnxruntime is missing or
+    cannot load it (a newer IR version or opset than it reads)."""
     try:
         import onnxruntime as ort
-    except ImportError:
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return lambda feeds: sess.run(None, feeds)
+    except Exception:
         from onnx.reference import ReferenceEvaluator
 
         ev = ReferenceEvaluator(proto)
         return lambda feeds: ev.run(None, feeds)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return lambda feeds: sess.run(None, feeds)
 
 
 def is_onnx_spec(model: Any) -> bool:
