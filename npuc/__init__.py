@@ -4,6 +4,7 @@ The Python API::
 
     g = npuc.import_model(model, example_inputs)     # torch.export -> graph IR -> graph passes
     g = npuc.import_onnx("model.onnx")               # an ONNX model (path or ModelProto) -> graph IR
+    text = npuc.export_mlir(model, example_inputs)   # the optimized graph as MLIR (TOSA), via xDSL
     outs = npuc.interpret(g, *inputs)                 # reference interpreter, list of tensors
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
@@ -21,6 +22,7 @@ _API = {
     "load": "npuc.artifact",
     "import_model": "npuc.pipeline",
     "import_onnx": "npuc.frontend.onnx_import",
+    "export_mlir": "npuc.mlir.export",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
 }

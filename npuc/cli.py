@@ -215,6 +215,31 @@ def _onnx_ops(write) -> None:
         console.print(f"wrote {write}")
 
 
+@main.command("export-mlir", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the MLIR text.")
+@click.option("--dialect", type=click.Choice(["tosa"]), default="tosa", show_default=True,
+              help="The upstream MLIR dialect to write.")
+@input_shape_option
+@user_errors
+def export_mlir_cmd(model, output, dialect, input_shape):
+    """Write MODEL's optimized graph as MLIR (TOSA), for IREE and other MLIR tools."""
+    from npuc.frontend import import_graph
+    from npuc.mlir.export import export_mlir
+    from npuc.pipeline import run_graph_passes
+    from npuc.zoo import load_model
+
+    module, inputs = load_model(model, _shapes(input_shape))
+    with console.status(f"importing {model}"):
+        g = run_graph_passes(import_graph(module, inputs, name=model))
+    with console.status(f"writing {output}"):
+        export_mlir(g, dialect=dialect, path=output)
+    console.print(f"{model} -> {output}: {dialect} MLIR, {output.stat().st_size:,} bytes; compile it with "
+                  f"iree-compile {output} --iree-hal-target-device=local "
+                  "--iree-hal-local-target-device-backends=llvm-cpu -o model.vmfb", soft_wrap=True)
+
+
 # ------------------------------------------------------------------------------------ zoo
 
 
