@@ -78,6 +78,7 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         dram=DramConfig(**s.dram.model_dump()),
         clock=ClockConfig(mhz=float(s.clock.mhz)),
         energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items()}),
+        host_triple=s.host.triple if s.host is not None else None,
     )
 
 

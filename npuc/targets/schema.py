@@ -145,6 +145,12 @@ class EnergySchema(_Strict):
     static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0)
 
 
+class HostSchema(_Strict):
+    """``[host]``: the CPU beside the NPU, which runs the CPU segments (optional)."""
+
+    triple: str = key("text", "LLVM target triple the host back-end compiles CPU segments for (e.g. aarch64-unknown-linux-gnu); not part of the fingerprint", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
 class TargetSchema(_Strict):
     """A whole target file."""
 
@@ -158,3 +164,4 @@ class TargetSchema(_Strict):
     dram: DramSchema
     clock: ClockSchema
     energy: EnergySchema
+    host: HostSchema | None = Field(None, description="the host CPU (optional; default: the machine npuc runs on)")

@@ -90,7 +90,7 @@ class EnergyConfig:
 
 
 # Parameters that name or describe a target rather than its hardware: not in the fingerprint.
-_NOT_HARDWARE = ("name", "description")
+_NOT_HARDWARE = ("name", "description", "host_triple")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ class Target:
     dram: DramConfig
     clock: ClockConfig
     energy: EnergyConfig
+    host_triple: str | None = None  # [host] triple: what CPU segments are compiled for (None: this machine)
 
     # ------------------------------------------------------------------ derived figures
     @property
