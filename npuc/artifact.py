@@ -183,6 +183,7 @@ def compile(  # noqa: A001 (the API's name)
     *,
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
+    host_code: bool = False,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -198,6 +199,9 @@ def compile(  # noqa: A001 (the API's name)
     ``model`` may also be an ONNX model: a ``.onnx`` path, a ``onnx.ModelProto`` or an
     ``OnnxModel``; its shapes come from the file, or from ``example_inputs`` when given
     (``runner_opts["input_shapes"]``, name -> shape, sizes the dynamic dimensions).
+
+    ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
+    llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
     """
     from npuc.frontend import import_graph
     from npuc.lower.precision import choose_precision
@@ -230,7 +234,9 @@ def compile(  # noqa: A001 (the API's name)
     g = run_graph_passes(g, print_after=graph_names, records=records, **runner_opts)
     packaged = run_backend(io_edges(g, precision), tgt, precision, model_name=name or g.name,
                            print_after=backend_names, records=records, on_stage=on_stage, **runner_opts)
-    return _artifact(packaged, tgt, records)
+    if host_code and on_stage is not None:
+        on_stage("host code")
+    return _artifact(packaged, tgt, records, host_code)
 
 
 def _onnx_model(model, example_inputs, input_shapes, quantize):
@@ -269,12 +275,23 @@ def io_edges(g, precision):
     return absorb_io_quantization(g) if precision.dtype is DType.int8 else g
 
 
-def _artifact(packaged, tgt, records) -> Artifact:
+def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
     programs = tuple(c.program for c in packaged.compiled.codes)
-    return Artifact(packaged.npub, tgt, _report(packaged, records), programs)
+    npub = packaged.npub
+    if host_code and npub.cpu_fallback:
+        import time
+
+        from npuc.host.aot import compile_host_code
+
+        from npuc.pipeline import StageRecord
+
+        start = time.perf_counter()
+        npub = compile_host_code(npub, tgt)
+        records.append(StageRecord("host_code", time.perf_counter() - start, len(npub.host_code)))
+    return Artifact(npub, tgt, _report(packaged, records), programs)
 
 
-def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:
+def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision
@@ -284,7 +301,7 @@ def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: An
     records: list = []
     precision = choose_precision(tgt, quantize)
     packaged = run_backend(io_edges(g, precision), tgt, precision, records=records, **runner_opts)
-    return _artifact(packaged, tgt, records)
+    return _artifact(packaged, tgt, records, host_code)
 
 
 def load(path: str | Path | bytes, target=None) -> Artifact:

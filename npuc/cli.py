@@ -334,10 +334,12 @@ def _stage_progress(status):
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the IR of every stage to this folder.")
 @click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
+@click.option("--host-code", is_flag=True,
+              help="Compile the CPU segments ahead of time for the target's host CPU (IREE llvm-cpu, [host] triple).")
 @input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, print_after, print_after_all,
-                dump_dir, explain, input_shape):
+                dump_dir, explain, host_code, input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
     from npuc.zoo import load_model
@@ -347,7 +349,7 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
     with console.status(f"compiling {model}") as status:
         art = npuc.compile(module, inputs, target=target, quantize=quantize, calibration=samples, name=model,
                            on_stage=_stage_progress(status), print_after=print_after,
-                           print_after_all=print_after_all, dump_dir=dump_dir)
+                           print_after_all=print_after_all, dump_dir=dump_dir, host_code=host_code)
         art.save(output)
     report = art.report
     console.print(f"{model} -> {output} for {art.target.name}: {output.stat().st_size:,} bytes", soft_wrap=True)

@@ -44,12 +44,12 @@ def compile_mlir(text: str, target_triple: str | None = None, cpu: str = "host")
 class IreeModule:
     """A compiled IREE module loaded in a runtime context; call ``run(*tensors)``."""
 
-    def __init__(self, vmfb: bytes, function: str = "main") -> None:
+    def __init__(self, vmfb: bytes, function: str = "main", driver: str = "local-sync") -> None:
         try:
             import iree.runtime as rt
         except ImportError:
             raise NpucError("running IREE modules needs iree-base-runtime: pip install 'npuc[iree]'") from None
-        self._ctx = rt.SystemContext(config=rt.Config("local-task"))
+        self._ctx = rt.SystemContext(config=rt.Config(driver))
         self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, vmfb))
         self._fn = self._ctx.modules.module[function]
 
