@@ -101,6 +101,27 @@ class Emitter:
         shift = self.b.const(torch.zeros(1, dtype=torch.int8))
         return self.op("tosa.mul", (a, b, shift), ty)
 
+    def clamp_int(self, x, lo: int, hi: int, ty):
+        """``tosa.clamp`` of an integer tensor to [lo, hi]."""
+        from npuc.mlir.builder import int_attr
+
+        dt = ty.dtype.torch if isinstance(ty, TensorType) else self.dtype_of_type(ty)
+        bits = torch.iinfo(dt).bits
+        if dt == torch.int8:
+            return self.op("tosa.clamp", (x,), ty, {"min_val": int_attr(lo, bits), "max_val": int_attr(hi, bits)})
+        # TOSA's integer profile clamps int8 and int16 only: wider values take maximum and minimum.
+        rank = len(ty.shape) if isinstance(ty, TensorType) else len(ty.get_shape())
+        x = self.op("tosa.maximum", (x, self.b.const(torch.full((1,) * rank, lo, dtype=dt))), ty)
+        return self.op("tosa.minimum", (x, self.b.const(torch.full((1,) * rank, hi, dtype=dt))), ty)
+
+    def dtype_of_type(self, ty) -> torch.dtype:
+        from npuc.mlir import builder as mb
+
+        for dt, e in mb._ELEMENT.items():
+            if e == ty.element_type:
+                return dt
+        raise NpucError(f"no torch dtype for MLIR element type {ty.element_type}")
+
     def clamp(self, x, lo: float | None, hi: float | None, ty):
         from npuc.mlir.builder import float_attr, int_attr
 
@@ -123,6 +144,7 @@ def graph_to_mlir(g: Graph, dialect: str = "tosa") -> str:
     from xdsl.ir import Block
 
     from npuc.mlir.builder import ExportError, MlirBuilder, print_module, tensor_type
+    from npuc.mlir import tosa_int8  # noqa: F401  (registers the int8 lowerings)
     from npuc.mlir.tosa_table import TOSA_TABLE
 
     arg_types = [tensor_type(v.type.shape, v.type.dtype.torch) for v in g.inputs]
