@@ -1,5 +1,6 @@
 """MLIR export checked by an independent compiler: IREE compiles the TOSA that npuc writes
-(llvm-cpu) and its runtime's outputs match npuc's reference interpreter and PyTorch (fp32)."""
+(llvm-cpu) and its runtime's outputs match npuc's reference interpreter and PyTorch (fp32), and
+npuc's integer reference bit for bit (int8)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,49 @@ def test_zoo_through_iree_matches_pytorch(name):
     eager = [eager] if isinstance(eager, torch.Tensor) else list(eager)
     for o, e in zip(got, eager):
         assert rel_l2(o, e) <= FP32_TOL, f"{name}: {rel_l2(o, e):.2e}"
+
+
+class SmallCnn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        y = F.relu(self.c2(y)) + y
+        y = F.avg_pool2d(y, 2)
+        y = F.max_pool2d(y, 2)
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def _int8_graph(model, inputs, calibration):
+    from npuc.frontend.quantized import import_quantized
+    from npuc.pipeline import run_graph_passes
+
+    return run_graph_passes(import_quantized(model, inputs, calibration))
+
+
+def test_int8_graph_through_iree_is_bit_exact():
+    pytest.importorskip("torchao")
+    torch.manual_seed(0)
+    model = SmallCnn().eval()
+    x = (torch.randn(1, 3, 16, 16),)
+    g = _int8_graph(model, x, [(torch.randn(1, 3, 16, 16),) for _ in range(2)])
+    assert any(n.op.startswith("q") for n in g.nodes)
+    got = run_mlir(graph_to_mlir(g), x)
+    ref = interpret(g, *x)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_int8_through_iree_is_bit_exact(name):
+    pytest.importorskip("torchao")
+    model, inputs = ZOO[name].load()
+    g = _int8_graph(model, inputs, [ZOO[name].make_inputs(s) for s in (1, 2)])
+    got = run_mlir(graph_to_mlir(g), inputs)
+    ref = interpret(g, *inputs)
+    for k, (a, b) in enumerate(zip(got, ref)):
+        assert torch.equal(a, b), f"{name} output {k}: max difference {float((a - b).abs().max())}"
