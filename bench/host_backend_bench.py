@@ -22,7 +22,7 @@ import torch
 import npuc
 from npuc.host.aot import cpu_graph
 from npuc.interp import interpret
-from npuc.mlir.iree import IreeModule
+from npuc.runtime.host_code import IreeModule
 from npuc.zoo import zoo_entry
 
 TRANSFORMERS = ("transformers:bert-tiny", "transformers:gpt2-tiny", "transformers:llama-tiny", "torchvision:vit_b_16")

@@ -21,7 +21,7 @@ _API = {
     "compile": "npuc.artifact",
     "load": "npuc.artifact",
     "import_model": "npuc.pipeline",
-    "import_onnx": "npuc.frontend.onnx_import",
+    "import_onnx": "npuc.pipeline",
     "export_mlir": "npuc.mlir.export",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",

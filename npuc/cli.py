@@ -209,7 +209,7 @@ def _onnx_ops(write) -> None:
     console.print(t)
     console.print(f"{len(ops)} ONNX operators imported; others fold when their operands are known at import time.")
     if write is not None:
-        from npuc.frontend.onnx_doc import onnx_ops_markdown
+        from npuc.conformance.onnx_doc import onnx_ops_markdown
 
         _write_atomic(write, onnx_ops_markdown().encode())
         console.print(f"wrote {write}")

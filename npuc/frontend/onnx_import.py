@@ -16,7 +16,7 @@ order:
 
 Problems are collected over the whole graph and reported together in one
 :class:`~npuc.errors.UnsupportedOpError` (operator, node name, reason); the users of a failed
-node are skipped silently.  :func:`import_onnx` adds the graph passes.
+node are skipped silently.  :func:`npuc.pipeline.import_onnx` adds the graph passes.
 
 Opsets 13 to the current one of the installed ``onnx`` package are read as they are; an older
 model is first converted by ``onnx.version_converter``.
@@ -211,24 +211,6 @@ def import_onnx_graph(
     if name is None:
         name = proto.graph.name or (Path(model).stem if isinstance(model, (str, Path)) else "onnx")
     return _OnnxImporter(proto, name, input_shapes, fixed_inputs or {}).run()
-
-
-def import_onnx(
-    model: Any,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    *,
-    name: str | None = None,
-    fixed_inputs: Mapping[str, Any] | None = None,
-    **runner_opts: Any,
-) -> Graph:
-    """Import an ONNX model (a path, a ModelProto or bytes) and run the graph passes on it.
-
-    ``runner_opts`` are the pipeline runner's (``print_after``, ``dump_dir``, ...).
-    """
-    from npuc.pipeline import run_graph_passes
-
-    g = import_onnx_graph(model, input_shapes, name=name, fixed_inputs=fixed_inputs)
-    return run_graph_passes(g, **runner_opts)
 
 
 class _OnnxImporter:

@@ -186,7 +186,7 @@ def _graph_of(model: Any, example_inputs, import_opts) -> Graph:
     from npuc.frontend.onnx_model import is_onnx_spec
 
     if is_onnx_spec(model):
-        from npuc.frontend.onnx_import import import_onnx
+        from npuc.pipeline import import_onnx
         from npuc.frontend.onnx_model import load_onnx_model
 
         m = load_onnx_model(model, import_opts.pop("input_shapes", None))

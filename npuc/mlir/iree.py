@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from npuc.errors import NpucError
@@ -41,24 +40,8 @@ def compile_mlir(text: str, target_triple: str | None = None, cpu: str = "host")
         raise NpucError("IREE could not compile the MLIR: " + (" | ".join(lines) or str(e)[:500])) from None
 
 
-class IreeModule:
-    """A compiled IREE module loaded in a runtime context; call ``run(*tensors)``."""
-
-    def __init__(self, vmfb: bytes, function: str = "main", driver: str = "local-sync") -> None:
-        try:
-            import iree.runtime as rt
-        except ImportError:
-            raise NpucError("running IREE modules needs iree-base-runtime: pip install 'npuc[iree]'") from None
-        self._ctx = rt.SystemContext(config=rt.Config(driver))
-        self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, vmfb))
-        self._fn = self._ctx.modules.module[function]
-
-    def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        out = self._fn(*[np.ascontiguousarray(x.detach().cpu().numpy()) for x in inputs])
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        return [torch.from_numpy(np.array(o.to_host() if hasattr(o, "to_host") else o)) for o in outs]
-
-
 def run_mlir(text: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Compile ``text`` for this machine and run it on ``inputs``."""
+    from npuc.runtime.host_code import IreeModule
+
     return IreeModule(compile_mlir(text)).run(*inputs)

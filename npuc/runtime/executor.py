@@ -29,6 +29,19 @@ from npuc.runtime.sim import simulate
 from npuc.runtime.sim.result import SimResult
 
 
+def cpu_graph(npub: Npub, index: int):
+    """CPU-fallback subgraph ``index`` of ``npub`` as a graph, its constants read from the binary."""
+    from npuc.ir.text import parse_graph
+
+    sub = npub.cpu_fallback[index]
+    consts = {}
+    blob = np.frombuffer(npub.constants, np.uint8)
+    for b in sub.bindings:
+        if b.role == BindingRole.CONSTANT:
+            consts[b.value] = torch.from_numpy(read_tensor(blob, b.offset, b.type).copy())
+    return parse_graph(sub.graph_text, consts)
+
+
 def logical_shape(t: TensorType) -> tuple[int, ...]:
     """The logical (NCHW ...) shape of a stored tensor type whose shape is in storage order."""
     order = parse_layout(t.layout, t.rank)
@@ -188,8 +201,6 @@ class Executor:
 
     def _cpu_graph(self, index: int):
         if index not in self._cpu_graphs:
-            from npuc.host.aot import cpu_graph
-
             self._cpu_graphs[index] = cpu_graph(self.npub, index)
         return self._cpu_graphs[index]
 
@@ -199,13 +210,11 @@ class Executor:
         if index not in self._host_modules:
             self._host_modules[index] = None
             if self.use_host_code:
-                from npuc.host.aot import runs_here
+                from npuc.runtime.host_code import IreeModule, runs_here
 
                 for m in self.npub.host_code:
                     if m.subgraph == index and runs_here(m.triple):
                         try:
-                            from npuc.mlir.iree import IreeModule
-
                             self._host_modules[index] = IreeModule(m.code)
                         except NpucError:
                             pass

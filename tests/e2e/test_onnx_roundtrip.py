@@ -15,7 +15,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from npuc.frontend.onnx_import import import_onnx  # noqa: E402
+from npuc.pipeline import import_onnx  # noqa: E402
 from npuc.frontend.onnx_model import load_onnx_model  # noqa: E402
 from npuc.interp import interpret  # noqa: E402
 from npuc.report.accuracy import rel_l2  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from npuc.frontend.onnx_doc import onnx_ops_markdown  # noqa: E402
+from npuc.conformance.onnx_doc import onnx_ops_markdown  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "onnx-ops.md"
 

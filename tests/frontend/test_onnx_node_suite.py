@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from npuc.frontend.onnx_conformance import node_cases, run_suite  # noqa: E402
+from npuc.conformance.onnx_node import node_cases, run_suite  # noqa: E402
 from npuc.frontend.onnx_table import ONNX_TABLE  # noqa: E402
 
 

@@ -121,7 +121,7 @@ def _fixed(names: list[str], arrays: list[np.ndarray], how: str | None) -> dict[
 
 def _attempt(case, fix_params: str | None) -> CaseResult:
     from npuc.frontend.onnx_context import tensor_from_numpy
-    from npuc.frontend.onnx_import import import_onnx
+    from npuc.pipeline import import_onnx
     from npuc.interp import interpret
 
     ops = case_ops(case)
@@ -208,7 +208,7 @@ def simulate_case(case) -> CaseResult:
     """
     from npuc.artifact import compile_graph
     from npuc.frontend.onnx_context import tensor_from_numpy
-    from npuc.frontend.onnx_import import import_onnx
+    from npuc.pipeline import import_onnx
     from npuc.interp import interpret
     from npuc.report.accuracy import rel_l2
 

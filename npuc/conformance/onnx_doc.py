@@ -9,7 +9,7 @@ from npuc.frontend.onnx_table import ONNX_TABLE
 _HEADER = """# ONNX operators
 
 Generated from `npuc/frontend/onnx_table.py` and ONNX's node conformance cases by
-`npuc.frontend.onnx_doc.onnx_ops_markdown()` (`npuc ops --onnx --write docs/onnx-ops.md`); do not
+`npuc.conformance.onnx_doc.onnx_ops_markdown()` (`npuc ops --onnx --write docs/onnx-ops.md`); do not
 edit by hand.  Default ONNX domain, opsets {min_opset} to {max_opset} (older models are converted by
 `onnx.version_converter`).  An operator not listed is still imported when all its operands are
 known at import time: ONNX's reference implementation evaluates it (import-time folding).
@@ -26,7 +26,7 @@ def onnx_ops_markdown(suite=None) -> str:
     """The Markdown table of every ONNX operator of the table with its conformance counts."""
     import onnx
 
-    from npuc.frontend.onnx_conformance import run_suite
+    from npuc.conformance.onnx_node import run_suite
     from npuc.frontend.onnx_import import MIN_OPSET, max_opset
 
     suite = run_suite() if suite is None else suite
