@@ -3,6 +3,8 @@
 The Python API::
 
     g = npuc.import_model(model, example_inputs)     # torch.export -> graph IR -> graph passes
+    g = npuc.import_onnx("model.onnx")               # an ONNX model (path or ModelProto) -> graph IR
+    text = npuc.export_mlir(model, example_inputs)   # the optimized graph as MLIR (TOSA), via xDSL
     outs = npuc.interpret(g, *inputs)                 # reference interpreter, list of tensors
     tgt = npuc.load_target("npu-mid")                 # a preset name or a path to a TOML file
     art = npuc.compile(model, example_inputs, target="npu-mid")   # -> Artifact (.run, .profile, .save)
@@ -34,6 +36,8 @@ _API = {
     "Artifact": "npuc.artifact",
     "CompileReport": "npuc.artifact",
     "import_model": "npuc.pipeline",
+    "import_onnx": "npuc.pipeline",
+    "export_mlir": "npuc.mlir.export",
     "interpret": "npuc.interp",
     "load_target": "npuc.targets",
     "explore": "npuc.dse.sweep",

@@ -250,6 +250,7 @@ def compile(  # noqa: A001 (the API's name)
     *,
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
+    host_code: bool = False,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -264,6 +265,13 @@ def compile(  # noqa: A001 (the API's name)
     computes it; ``art.run`` still takes and returns float tensors (quantized and dequantized at
     the edges).  ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after``
     (stage names), ``print_after_all``, ``dump_dir``, ``out``.
+
+    ``model`` may also be an ONNX model: a ``.onnx`` path, a ``onnx.ModelProto`` or an
+    ``OnnxModel``; its shapes come from the file, or from ``example_inputs`` when given
+    (``runner_opts["input_shapes"]``, name -> shape, sizes the dynamic dimensions).
+
+    ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
+    llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
@@ -271,15 +279,20 @@ def compile(  # noqa: A001 (the API's name)
 
     tgt = resolve_target(target)
     options = quant_options(quantize)
-    kind = model_kind(model)
-    int8 = options is not None or kind in ("quantized-program", "quantized-module")
-    precision = choose_precision(tgt, "int8" if int8 else None)
-    if example_inputs is None:
-        if not isinstance(model, torch.export.ExportedProgram):
-            raise NpucError("compile() needs example inputs for a module (only an ExportedProgram carries its own)")
-        example_inputs = program_inputs(model)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    onnx_model = _onnx_model(model, example_inputs, runner_opts.pop("input_shapes", None), options)
+    if onnx_model is None:
+        kind = model_kind(model)
+        int8 = options is not None or kind in ("quantized-program", "quantized-module")
+        if example_inputs is None:
+            if not isinstance(model, torch.export.ExportedProgram):
+                raise NpucError("compile() needs example inputs for a PyTorch module (an ExportedProgram carries "
+                                "its own, an ONNX model has its shapes in the file)")
+            example_inputs = program_inputs(model)
+    else:
+        int8 = False
+    precision = choose_precision(tgt, "int8" if int8 else None)
     print_after = tuple(runner_opts.pop("print_after", ()))
     graph_names, backend_names = split_stage_names(print_after)
     records = runner_opts.pop("records", None)
@@ -287,16 +300,41 @@ def compile(  # noqa: A001 (the API's name)
     unknown = set(runner_opts) - {"verify_each", "print_after_all", "dump_dir", "out"}
     if unknown:
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
-    g = run_frontend(model, tuple(example_inputs), quantize=options, calibration=calibration, target=tgt,
-                     name=name or _default_name(model), records=records, on_stage=on_stage,
-                     print_after=[n for n in graph_names if n in FRONT_STAGES], **runner_opts)
+    if onnx_model is not None:
+        from npuc.frontend import import_graph
+
+        if on_stage is not None:
+            on_stage("import")
+        g = import_graph(onnx_model, onnx_model.example_inputs(), name=name)
+    else:
+        g = run_frontend(model, tuple(example_inputs), quantize=options, calibration=calibration, target=tgt,
+                         name=name or _default_name(model), records=records, on_stage=on_stage,
+                         print_after=[n for n in graph_names if n in FRONT_STAGES], **runner_opts)
     if on_stage is not None:
         on_stage("graph passes")
     g = run_graph_passes(g, print_after=[n for n in graph_names if n not in FRONT_STAGES], records=records,
                          **runner_opts)
     packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
                            records=records, on_stage=on_stage, **runner_opts)
-    return _artifact(packaged, tgt, records)
+    if host_code and on_stage is not None:
+        on_stage("host code")
+    return _artifact(packaged, tgt, records, host_code)
+
+
+def _onnx_model(model, example_inputs, input_shapes, quantize):
+    """The OnnxModel ``model`` names, with shapes from ``example_inputs``; None for a PyTorch model."""
+    from npuc.frontend.onnx_model import is_onnx_spec, load_onnx_model
+
+    if not is_onnx_spec(model):
+        return None
+    if quantize is not None:
+        raise NpucError("int8 quantization of ONNX models is not supported (npuc quantizes PyTorch models with PT2E)")
+    m = load_onnx_model(model, input_shapes)
+    if example_inputs is not None:
+        if len(example_inputs) != len(m.specs):
+            raise NpucError(f"the ONNX model takes {len(m.specs)} inputs, {len(example_inputs)} example inputs were given")
+        m = load_onnx_model(m, {n: tuple(x.shape) for (n, _, _), x in zip(m.specs, example_inputs)})
+    return m
 
 
 def quant_options(quantize: str | QuantOptions | None) -> QuantOptions | None:
@@ -329,12 +367,22 @@ def _default_name(model: Any) -> str:
     return type(model).__name__
 
 
-def _artifact(packaged, tgt, records) -> Artifact:
+def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
     programs = tuple(c.program for c in packaged.compiled.codes)
-    return Artifact(packaged.npub, tgt, _report(packaged, records), programs, packaged.compiled)
+    npub = packaged.npub
+    if host_code and npub.cpu_fallback:
+        import time
+
+        from npuc.host.aot import compile_host_code
+        from npuc.pipeline import StageRecord
+
+        start = time.perf_counter()
+        npub = compile_host_code(npub, tgt)
+        records.append(StageRecord("host_code", time.perf_counter() - start, len(npub.host_code)))
+    return Artifact(npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
-def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: Any) -> Artifact:
+def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision
@@ -344,7 +392,7 @@ def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: An
     records: list = []
     precision = choose_precision(tgt, quantize)
     packaged = run_backend(g, tgt, precision, records=records, **runner_opts)
-    return _artifact(packaged, tgt, records)
+    return _artifact(packaged, tgt, records, host_code)
 
 
 def load(path: str | Path | bytes, target=None) -> Artifact:

@@ -26,7 +26,8 @@ err_console = Console(stderr=True, highlight=False)
 MODEL_HELP = (
     "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`), "
     "a user file path/to/file.py:function whose function returns (model, example_inputs), "
-    "or a .pt2 file saved by torch.export.save (float, or already quantized with PT2E)."
+    "a .pt2 file saved by torch.export.save (float, or already quantized with PT2E), "
+    "or an ONNX file path/to/model.onnx (shapes from the file; size dynamic dimensions with --input-shape)."
 )
 
 
@@ -38,6 +39,18 @@ def echo_json(doc) -> None:
 def _status(message: str, quiet: bool):
     """A rich status line, or nothing when the output is JSON."""
     return contextlib.nullcontext() if quiet else console.status(message)
+
+
+def input_shape_option(fn):
+    """The --input-shape NAME=D0,D1,... option of commands taking an ONNX MODEL."""
+    return click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D0,D1,...",
+                        help="The shape of an ONNX model's input with dynamic dimensions (repeatable).")(fn)
+
+
+def _shapes(input_shape):
+    from npuc.frontend.onnx_model import parse_input_shapes
+
+    return parse_input_shapes(input_shape) if input_shape else None
 
 
 def user_errors(fn):
@@ -90,9 +103,10 @@ def main() -> None:
               help="Write the IR of every stage to this folder.")
 @click.option("--no-passes", is_flag=True, help="Stop after the import; run no graph pass.")
 @click.option("--check/--no-check", default=True, show_default=True,
-              help="Run the graph on the reference interpreter and compare with PyTorch eager.")
+              help="Run the graph on the reference interpreter and compare with PyTorch eager (onnxruntime for ONNX).")
+@input_shape_option
 @user_errors
-def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes, check):
+def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes, check, input_shape):
     """Import MODEL through torch.export, run the graph passes and summarize it."""
     import torch
 
@@ -101,8 +115,8 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
     from npuc.pipeline import run_graph_passes
     from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
-    with console.status(f"exporting {model} with torch.export"):
+    module, inputs = load_model(model, _shapes(input_shape))
+    with console.status(f"importing {model}"):
         raw = import_graph(module, inputs, name=model)
     g = raw
     if not no_passes:
@@ -159,11 +173,14 @@ def _print_match(expected, got) -> None:
 
 @main.command("ops")
 @click.option("--write", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the table as Markdown to this file (docs/ops.md).")
+              help="Also write the table as Markdown to this file (docs/ops.md, or docs/onnx-ops.md with --onnx).")
+@click.option("--onnx", "onnx_ops", is_flag=True, help="List the ONNX operators npuc imports instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ops as JSON (name, category, summary, imported_from).")
 @user_errors
-def ops_cmd(write, as_json):
+def ops_cmd(write, onnx_ops, as_json):
     """List the graph ops npuc supports and the ATen ops they are imported from."""
+    if onnx_ops:
+        return _onnx_ops(write)
     from npuc.frontend import supported_aten_ops
     from npuc.ir.opdef import all_ops
 
@@ -190,6 +207,61 @@ def ops_cmd(write, as_json):
 
         write.write_text(ops_markdown())
         console.print(f"wrote {write}")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _onnx_ops(write) -> None:
+    from npuc.frontend.onnx_import import require_onnx
+
+    require_onnx()
+    from npuc.frontend.onnx_table import supported_onnx_ops
+
+    t = Table(title="ONNX operators")
+    t.add_column("ONNX operator")
+    t.add_column("graph ops")
+    ops = supported_onnx_ops()
+    for op, graph_ops in ops.items():
+        t.add_row(op, graph_ops)
+    console.print(t)
+    console.print(f"{len(ops)} ONNX operators imported; others fold when their operands are known at import time.")
+    if write is not None:
+        from npuc.conformance.onnx_doc import onnx_ops_markdown
+
+        _write_atomic(write, onnx_ops_markdown().encode())
+        console.print(f"wrote {write}")
+
+
+@main.command("export-mlir", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the MLIR text.")
+@click.option("--dialect", type=click.Choice(["tosa"]), default="tosa", show_default=True,
+              help="The upstream MLIR dialect to write.")
+@input_shape_option
+@user_errors
+def export_mlir_cmd(model, output, dialect, input_shape):
+    """Write MODEL's optimized graph as MLIR (TOSA), for IREE and other MLIR tools."""
+    from npuc.frontend import import_graph
+    from npuc.mlir.export import export_mlir
+    from npuc.pipeline import run_graph_passes
+    from npuc.zoo import load_model
+
+    module, inputs = load_model(model, _shapes(input_shape))
+    with console.status(f"importing {model}"):
+        g = run_graph_passes(import_graph(module, inputs, name=model))
+    with console.status(f"writing {output}"):
+        export_mlir(g, dialect=dialect, path=output)
+    console.print(f"{model} -> {output}: {dialect} MLIR, {output.stat().st_size:,} bytes; compile it with "
+                  f"iree-compile {output} --iree-hal-target-device=local "
+                  "--iree-hal-local-target-device-backends=llvm-cpu -o model.vmfb", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------ zoo
@@ -315,19 +387,23 @@ def _stage_progress(status):
 @click.option("--explain", is_flag=True, help="List every op that runs on the CPU, why, and its estimated cost.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what the compilation decided as JSON (segments, sizes, CPU ops with reasons and costs).")
+@click.option("--host-code", is_flag=True,
+              help="Compile the CPU segments ahead of time for the target's host CPU (IREE llvm-cpu, [host] triple).")
+@input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,
-                observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json):
+                observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json, host_code,
+                input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
 
-    module, inputs = _load_compile_model(model, input_files)
+    module, inputs = _load_compile_model(model, input_files, _shapes(input_shape))
     options = _quant_options(quantize, per_tensor, symmetric_activations, observer, float_ops)
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     with (contextlib.nullcontext() if as_json else console.status(f"compiling {model}")) as status:
         art = npuc.compile(module, inputs, target=target, quantize=options, calibration=samples, name=model,
                            on_stage=None if status is None else _stage_progress(status), print_after=print_after,
-                           print_after_all=print_after_all, dump_dir=dump_dir)
+                           print_after_all=print_after_all, dump_dir=dump_dir, host_code=host_code)
         art.save(output)
     report = art.report
     if as_json:
@@ -347,9 +423,9 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
 DEFAULT_CALIBRATION = 8
 
 
-def _load_compile_model(model: str, input_files):
+def _load_compile_model(model: str, input_files, input_shapes=None):
     """(model, example inputs) of MODEL: a .pt2 program (inputs from --input files or its own
-    example inputs) or what npuc.zoo.load_model gives."""
+    example inputs) or what npuc.zoo.load_model gives (an ONNX file sized by ``input_shapes``)."""
     if model.endswith(".pt2"):
         import numpy as np
         import torch
@@ -364,7 +440,7 @@ def _load_compile_model(model: str, input_files):
         raise click.UsageError("--input is for a .pt2 MODEL (other models bring their example inputs)")
     from npuc.zoo import load_model
 
-    return load_model(model)
+    return load_model(model, input_shapes)
 
 
 def _quant_options(quantize, per_tensor, symmetric_activations, observer, float_ops):
@@ -426,8 +502,8 @@ def load_calibration_npz(path: Path, n_inputs: int) -> list[tuple]:
 # ------------------------------------------------------------------------------------ run
 
 
-def _inputs_for(art, input_files, model):
-    """Inputs from .npy files, else the zoo model's example inputs (seed 0)."""
+def _inputs_for(art, input_files, model, input_shapes=None):
+    """Inputs from .npy files, else the zoo model's (or the ONNX model's) example inputs (seed 0)."""
     import numpy as np
     import torch
 
@@ -438,6 +514,10 @@ def _inputs_for(art, input_files, model):
 
     if name in ZOO:
         return ZOO[name].make_inputs(0)
+    if name.endswith(".onnx"):
+        from npuc.zoo import load_model
+
+        return load_model(name, input_shapes)[1]
     raise click.UsageError("give the inputs with --input file.npy (one per model input) or name a zoo model with --model")
 
 
@@ -449,14 +529,15 @@ def _inputs_for(art, input_files, model):
               "PyTorch eager (default: the zoo model named in the binary, if any).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs' statistics and the checks as JSON.")
+@input_shape_option
 @user_errors
-def run_cmd(binary, input_files, model, target, as_json):
+def run_cmd(binary, input_files, model, target, as_json, input_shape):
     """Run a .npub on the simulator; compare with PyTorch when the model is known."""
     import npuc
     from npuc.zoo import ZOO, load_model
 
     art = npuc.load(binary, target=target)
-    inputs = _inputs_for(art, input_files, model)
+    inputs = _inputs_for(art, input_files, model, _shapes(input_shape))
     if as_json:
         from npuc.report.jsonforms import run_json
 
@@ -475,7 +556,7 @@ def run_cmd(binary, input_files, model, target, as_json):
         return
     from npuc.report.accuracy import check_outputs
 
-    module, _ = load_model(name)
+    module, _ = load_model(name, _shapes(input_shape))
     if _precision(art) == "int8":
         _print_int8_check(outs, module, inputs)
         return
@@ -655,14 +736,15 @@ def _print_front(res) -> None:
 @main.command("demo")
 @click.argument("model", default="torchvision:mobilenet_v2")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Target preset or file.")
+@input_shape_option
 @user_errors
-def demo_cmd(model, target):
+def demo_cmd(model, target, input_shape):
     """Compile MODEL (default MobileNetV2), run it on the simulator, check it against PyTorch, profile it."""
     import npuc
     from npuc.report.accuracy import check_outputs
     from npuc.zoo import load_model
 
-    module, inputs = load_model(model)
+    module, inputs = load_model(model, _shapes(input_shape))
     with console.status(f"compiling {model}") as status:
         art = npuc.compile(module, inputs, target=target, name=model, on_stage=_stage_progress(status))
     console.print(f"compiled {model} for {art.target.name}: " + art.report.summary(), end="", soft_wrap=True,

@@ -178,6 +178,16 @@ def run_graph_passes(
     return run_stages(g, stages, opts)
 
 
+def import_onnx(model: Any, input_shapes=None, *, name: str | None = None, fixed_inputs=None, **runner_opts: Any) -> Graph:
+    """An ONNX model (a path, a ModelProto or bytes) imported (npuc.frontend.onnx_import) and run
+    through the graph passes; ``input_shapes`` sizes dynamic dimensions (name -> shape),
+    ``fixed_inputs`` (name -> array) makes inputs constants, ``runner_opts`` are the runner's."""
+    from npuc.frontend.onnx_import import import_onnx_graph
+
+    g = import_onnx_graph(model, input_shapes, name=name, fixed_inputs=fixed_inputs)
+    return run_graph_passes(g, **runner_opts)
+
+
 def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: tuple | None = None, *,
                  name: str | None = None, **runner_opts: Any) -> Graph:
     """The optimized graph of ``model`` (an nn.Module exported here, an ExportedProgram, or a

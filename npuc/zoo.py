@@ -241,12 +241,20 @@ def zoo_entry(name: str) -> ZooEntry:
 # ---------------------------------------------------------------------------------- load_model
 
 
-def load_model(spec: str) -> ModelAndInputs:
-    """Load a zoo model by name, or call ``function`` of a user file ``path/to/file.py:function``.
+def load_model(spec: str, input_shapes=None) -> ModelAndInputs:
+    """Load a zoo model by name, call ``function`` of a user file ``path/to/file.py:function``, or
+    read an ONNX file ``path/to/model.onnx`` (``input_shapes`` sizes its dynamic dimensions).
 
     The user function takes no arguments and returns ``(model, example_inputs)``; the model is put
     in eval mode and a single tensor input is accepted in place of a tuple.
     """
+    if spec.endswith(".onnx"):
+        from npuc.frontend.onnx_model import load_onnx_model
+
+        m = load_onnx_model(spec, input_shapes)
+        return m, m.example_inputs()
+    if input_shapes:
+        raise ModelSpecError("--input-shape applies to ONNX models only (a .onnx MODEL)")
     if spec in ZOO:
         return ZOO[spec].load()
     if ":" in spec and _looks_like_file(spec):

@@ -43,7 +43,11 @@ def canonical_json(obj) -> str:
 
 
 def target_json(target) -> str:
-    return canonical_json(dataclasses.asdict(target))
+    doc = dataclasses.asdict(target)
+    triple = doc.pop("host_triple", None)  # the target file's optional [host] table
+    if triple is not None:
+        doc["host"] = {"triple": triple}
+    return canonical_json(doc)
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,

@@ -30,7 +30,11 @@ _SCALE = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 def target_document(target: Target) -> dict:
     """The target as a plain document (the TOML file's shape: tables, scalars, lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(target)))
+    doc = json.loads(json.dumps(dataclasses.asdict(target)))
+    triple = doc.pop("host_triple", None)  # the file's [host] table
+    if triple is not None:
+        doc["host"] = {"triple": triple}
+    return doc
 
 
 def sweepable_keys(doc: Mapping) -> list[str]:

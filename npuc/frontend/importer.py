@@ -116,7 +116,13 @@ def import_graph(
     strict: bool = False,
     dynamic_shapes: Any = None,
 ) -> Graph:
-    """Export ``model`` on ``example_inputs`` and import it as an unoptimized graph."""
+    """Export ``model`` on ``example_inputs`` and import it as an unoptimized graph (an
+    :class:`~npuc.frontend.onnx_model.OnnxModel` goes through the ONNX frontend instead)."""
+    if getattr(model, "proto", None) is not None and type(model).__name__ == "OnnxModel":
+        from npuc.frontend.onnx_import import import_onnx_graph
+
+        shapes = {n: tuple(x.shape) for (n, _, _), x in zip(model.specs, example_inputs)}
+        return import_onnx_graph(model.proto, shapes, name=name or model.model_name)
     ep = export_program(model, example_inputs, strict=strict, dynamic_shapes=dynamic_shapes)
     return import_program(ep, name=name or type(model).__name__)
 

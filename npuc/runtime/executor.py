@@ -1,8 +1,9 @@
 """The runtime: load a .npub for a target and run it, segment by segment, over one DRAM image.
 
 NPU segments run on the simulator (functionally for ``run``, timing only for ``profile``); CPU
-segments run on the reference interpreter, reading their inputs from DRAM and writing their
-outputs back.  The runtime converts at every edge between the host and DRAM: model inputs and CPU
+segments run from the binary's host code when it has code for this machine (HOST_CODE section,
+:mod:`npuc.host.aot`), else on the reference interpreter, reading their inputs from DRAM and
+writing their outputs back.  The runtime converts at every edge between the host and DRAM: model inputs and CPU
 reads/writes are fp32 (or the model's integer type) on the host side and whatever the binding says
 in DRAM (fp16, NHWC ...), as the IO signature and the CPU bindings record.  An int8 model's edges
 are int8 with a scale and zero point: the runtime quantizes the float inputs and dequantizes the
@@ -20,7 +21,6 @@ import torch
 
 from npuc.errors import BinaryFormatError, NpucError
 from npuc.interp import interpret
-from npuc.ir.text import parse_graph
 from npuc.ir.types import TensorType
 from npuc.isa import decode_program
 from npuc.isa.instr import Program
@@ -28,6 +28,19 @@ from npuc.kir.storage import numpy_dtype, parse_layout
 from npuc.runtime.npub import BindingRole, Npub, RegionKind, SegmentKind
 from npuc.runtime.sim import simulate
 from npuc.runtime.sim.result import SimResult
+
+
+def cpu_graph(npub: Npub, index: int):
+    """CPU-fallback subgraph ``index`` of ``npub`` as a graph, its constants read from the binary."""
+    from npuc.ir.text import parse_graph
+
+    sub = npub.cpu_fallback[index]
+    consts = {}
+    blob = np.frombuffer(npub.constants, np.uint8)
+    for b in sub.bindings:
+        if b.role == BindingRole.CONSTANT:
+            consts[b.value] = torch.from_numpy(read_tensor(blob, b.offset, b.type).copy())
+    return parse_graph(sub.graph_text, consts)
 
 
 def logical_shape(t: TensorType) -> tuple[int, ...]:
@@ -118,6 +131,8 @@ class Executor:
             programs = tuple(Program(tuple(decode_program(p))) for p in npub.code_segments)
         self.programs = tuple(programs)
         self._cpu_graphs: dict[int, object] = {}
+        self._host_modules: dict[int, object] = {}
+        self.use_host_code = True  # False: interpret every CPU segment, even with host code present
         meta = dict(npub.metadata.extra) if npub.metadata else {}
         self.cpu_estimates = [row[1] for row in json.loads(meta.get("npuc.cpu", "[]"))]
         self.const_offset = next(
@@ -189,15 +204,25 @@ class Executor:
 
     def _cpu_graph(self, index: int):
         if index not in self._cpu_graphs:
-            sub = self.npub.cpu_fallback[index]
-            consts = {}
-            for b in sub.bindings:
-                if b.role == BindingRole.CONSTANT:
-                    blob = np.frombuffer(self.npub.constants, np.uint8)
-                    arr = read_tensor(blob, b.offset, b.type)
-                    consts[b.value] = torch.from_numpy(arr.copy())
-            self._cpu_graphs[index] = parse_graph(sub.graph_text, consts)
+            self._cpu_graphs[index] = cpu_graph(self.npub, index)
         return self._cpu_graphs[index]
+
+    def host_module(self, index: int):
+        """The compiled host code of CPU subgraph ``index`` when the binary has code for this
+        machine and IREE's runtime is installed, else None (the segment is interpreted)."""
+        if index not in self._host_modules:
+            self._host_modules[index] = None
+            if self.use_host_code:
+                from npuc.runtime.host_code import IreeModule, runs_here
+
+                for m in self.npub.host_code:
+                    if m.subgraph == index and runs_here(m.triple):
+                        try:
+                            self._host_modules[index] = IreeModule(m.code)
+                        except NpucError:
+                            pass
+                        break
+        return self._host_modules[index]
 
     def _run_cpu(self, index: int, dram: np.ndarray) -> None:
         sub = self.npub.cpu_fallback[index]
@@ -208,7 +233,8 @@ class Executor:
             b = where[v.name]
             arr = read_tensor(dram, b.offset, b.type)
             args.append(torch.from_numpy(arr).to(v.type.dtype.torch))
-        outs = interpret(g, *args)
+        native = self.host_module(index)
+        outs = native.run(*args) if native is not None else interpret(g, *args)
         targets = {b.value: b for b in sub.bindings if b.role == BindingRole.OUTPUT}
         for v, t in zip(g.outputs, outs):
             b = targets[v.name]

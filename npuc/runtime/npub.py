@@ -28,6 +28,7 @@ from npuc.runtime.npub_model import (
     CpuBinding,
     CpuSubgraph,
     DebugEntry,
+    HostModule,
     IOSignature,
     IOTensor,
     MemoryPlan,
@@ -43,6 +44,8 @@ from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, check_
 
 __all__ = [
     "FORMAT_VERSION",
+    "HOST_CODE_VERSION",
+    "HostModule",
     "MAGIC",
     "SECTION_ALIGNMENT",
     "BindingRole",
@@ -73,7 +76,8 @@ __all__ = [
 ]
 
 MAGIC = b"\x89NPUB\r\n\x1a"
-FORMAT_VERSION = (2, 0)  # (major, minor) this npuc writes and reads; 2: four instruction queues and LOOP
+FORMAT_VERSION = (2, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 2: four instruction queues and LOOP
+HOST_CODE_VERSION = (2, 1)  # a binary with a HOST_CODE section: older 2.x readers skip the section
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -136,6 +140,7 @@ class Npub:
     cpu_fallback: tuple[CpuSubgraph, ...] = ()
     debug_map: tuple[tuple[DebugEntry, ...], ...] | None = None
     metadata: Metadata | None = None
+    host_code: tuple[HostModule, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.constants, (bytearray, memoryview)):
@@ -143,7 +148,7 @@ class Npub:
         if isinstance(self.code_segments, (list, tuple)):
             programs = tuple(bytes(p) if isinstance(p, (bytearray, memoryview)) else p for p in self.code_segments)
             object.__setattr__(self, "code_segments", programs)
-        for name in ("segments", "cpu_fallback"):
+        for name in ("segments", "cpu_fallback", "host_code"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -155,7 +160,8 @@ class Npub:
         validate_npub(self)
         return assemble(
             Container(
-                FORMAT_VERSION, self.target_name, self.target_fingerprint, encode_sections(self)
+                HOST_CODE_VERSION if self.host_code else FORMAT_VERSION, self.target_name, self.target_fingerprint,
+                encode_sections(self),
             )
         )
 
@@ -204,6 +210,9 @@ def encode_sections(n: Npub) -> tuple[RawSection, ...]:
     if n.metadata is not None:
         metadata = n.metadata
         encoders.append((SectionKind.METADATA, lambda w: sec.encode_metadata(w, metadata)))
+    if n.host_code:
+        host_code = n.host_code
+        encoders.append((SectionKind.HOST_CODE, lambda w: sec.encode_host_code(w, host_code)))
     out = []
     for kind, encode in encoders:
         w = ByteWriter(None, f"{kind.name} section")
@@ -331,6 +340,8 @@ def _check_kind(kind: int, flags: int, previous: int, minor: int, where: str, so
         raise _fail(source, where, f"section {_kind_name(kind)} {again}; sections must be sorted by kind, each once")
     if flags & ~FLAG_REQUIRED:
         raise _fail(source, where, f"section flags are {flags:#x}; only bit 0 (required) is defined")
+    if kind == SectionKind.HOST_CODE and minor < HOST_CODE_VERSION[1]:
+        raise _fail(source, where, f"section HOST_CODE appears in a format {FORMAT_VERSION[0]}.{minor} file; it exists from format {HOST_CODE_VERSION[0]}.{HOST_CODE_VERSION[1]}")
     if kind in SectionKind._value2member_map_:
         if flags != section_flags(SectionKind(kind)):
             raise _fail(source, where, f"section {_kind_name(kind)} has flags {flags:#x}, not {section_flags(SectionKind(kind)):#x}")
@@ -412,6 +423,7 @@ _DECODERS: dict[SectionKind, Callable[[ByteReader], object]] = {
     SectionKind.SEGMENTS: sec.decode_segments,
     SectionKind.DEBUG_MAP: sec.decode_debug_map,
     SectionKind.METADATA: sec.decode_metadata,
+    SectionKind.HOST_CODE: sec.decode_host_code,
 }
 
 
@@ -493,6 +505,7 @@ def load_npub(
         parts[SectionKind.CPU_FALLBACK],  # type: ignore[arg-type]
         parts.get(SectionKind.DEBUG_MAP),  # type: ignore[arg-type]
         parts.get(SectionKind.METADATA),  # type: ignore[arg-type]
+        parts.get(SectionKind.HOST_CODE, ()),  # type: ignore[arg-type]
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None

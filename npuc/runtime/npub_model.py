@@ -25,6 +25,7 @@ class SectionKind(enum.IntEnum):
     SEGMENTS = 6
     DEBUG_MAP = 7
     METADATA = 8
+    HOST_CODE = 9  # format 2.1: CPU segments compiled ahead of time (npuc.host)
 
 
 # Sections a reader must understand (REQUIRED flag set) and that every container holds.
@@ -37,7 +38,7 @@ REQUIRED_SECTIONS = (
     SectionKind.SEGMENTS,
 )
 # Sections a container may leave out (a stripped build) and a reader may skip.
-OPTIONAL_SECTIONS = (SectionKind.DEBUG_MAP, SectionKind.METADATA)
+OPTIONAL_SECTIONS = (SectionKind.DEBUG_MAP, SectionKind.METADATA, SectionKind.HOST_CODE)
 
 
 class RegionKind(enum.IntEnum):
@@ -174,6 +175,16 @@ class CpuSubgraph:
 
     def __post_init__(self) -> None:
         freeze_fields(self, "bindings")
+
+
+@dataclass(frozen=True)
+class HostModule:
+    """A CPU-fallback subgraph compiled ahead of time for a host CPU: an IREE module (llvm-cpu)
+    whose function ``main`` takes and returns the subgraph's inputs and outputs in order."""
+
+    subgraph: int
+    triple: str
+    code: bytes
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Callable, TypeVar
 from npuc.ir.types import QuantParams, TensorType
 from npuc.runtime.npub_codec import STRING_PREFIX, ByteReader, ByteWriter, align_up
 from npuc.runtime.npub_model import (
+    HostModule,
     DTYPE_CODES,
     DTYPE_OF_CODE,
     MAX_RANK,
@@ -257,6 +258,34 @@ def decode_cpu_fallback(r: ByteReader) -> tuple[CpuSubgraph, ...]:
         n = r.count(f"{f}.binding count", _BINDING_MIN)
         bindings = tuple(_decode_binding(r, f"{f}.binding[{j}]") for j in range(n))
         out.append(CpuSubgraph(name, text, bindings))
+    r.end()
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------- HOST_CODE
+
+_HOST_MIN = 4 + STRING_PREFIX + 8
+
+
+def encode_host_code(w: ByteWriter, modules: tuple[HostModule, ...]) -> None:
+    w.u32(len(modules), "module count")
+    for i, m in enumerate(modules):
+        w.u32(m.subgraph, f"module[{i}].subgraph")
+        w.string(m.triple, f"module[{i}].triple")
+        w.u64(len(m.code), f"module[{i}].size")
+        w.raw(m.code)
+
+
+def decode_host_code(r: ByteReader) -> tuple[HostModule, ...]:
+    out = []
+    for i in range(r.count("module count", _HOST_MIN)):
+        f = f"module[{i}]"
+        sub = r.u32(f"{f}.subgraph")
+        triple = r.string(f"{f}.triple")
+        size = r.u64(f"{f}.size")
+        if size > r.remaining:
+            raise r.error(f"{f}.size is {size} bytes, but only {r.remaining} remain")
+        out.append(HostModule(sub, triple, r.raw(size, f"{f}.code")))
     r.end()
     return tuple(out)
 

@@ -86,6 +86,7 @@ def validate_npub(n: "Npub", source: str | None = None, instr_counts: Sequence[i
     _check_io(n.io_signature.inputs, "input", arena, c)
     _check_io(n.io_signature.outputs, "output", arena, c)
     _check_cpu_fallback(n.cpu_fallback, arena, len(n.constants), _Check(source, "CPU_FALLBACK section"))
+    _check_host_code(n, _Check(source, "HOST_CODE section"))
     _check_segments(n, _Check(source, "SEGMENTS section"))
     if n.debug_map is not None:
         _check_debug_map(n.debug_map, len(n.code_segments), instr_counts, _Check(source, "DEBUG_MAP section"))
@@ -186,6 +187,18 @@ def _check_io(items: tuple[IOTensor, ...], role: str, arena: int, c: _Check) -> 
         check_tensor_type(t.type, what, c)
         _check_span(t.dram_offset, t.type.nbytes, arena, what, "DRAM arena", c)
     c.unique([t.name for t in items], f"{role} name")
+
+
+def _check_host_code(n, c: _Check) -> None:
+    seen = set()
+    for i, m in enumerate(n.host_code):
+        if m.subgraph >= len(n.cpu_fallback):
+            raise c.fail(f"module {i} is the code of CPU subgraph {m.subgraph}, but there are {len(n.cpu_fallback)}")
+        if m.subgraph in seen:
+            raise c.fail(f"CPU subgraph {m.subgraph} has two host modules")
+        if not m.triple or not m.code:
+            raise c.fail(f"module {i} has an empty target triple or no code")
+        seen.add(m.subgraph)
 
 
 def _check_cpu_fallback(subgraphs: tuple[CpuSubgraph, ...], arena: int, n_constants: int, c: _Check) -> None:

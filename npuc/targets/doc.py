@@ -125,19 +125,35 @@ def _section(section: str, model: type[BaseModel], targets) -> str:
     return f"## `[{section}]`\n\n{doc[:1].upper() + doc[1:]}\n\n" + "\n".join(rows) + "\n"
 
 
+def _host_section(targets) -> str:
+    from npuc.targets.schema import HostSchema
+
+    info = HostSchema.model_fields["triple"]
+    vals = " | ".join(t.host_triple or "(this machine)" for t in targets)
+    head = "| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |"
+    given = " | ".join("given" if t.host_triple else "absent" for t in targets)
+    rows = [head, "|---|---|---|" + "---|" * len(targets),
+            f"| `host` | table | {TargetSchema.model_fields['host'].description} | {given} |",
+            f"| `host.triple` | text | {info.description} | {vals} |"]
+    doc = (HostSchema.__doc__ or "").strip().removeprefix("``[host]``: ")
+    return ("## `[host]` (optional)\n\n" + doc[:1].upper() + doc[1:] + " Without it, the host back-end compiles for the "
+            "machine npuc runs on.\n\n" + "\n".join(rows) + "\n")
+
+
 def targets_markdown() -> str:
     """The full target-file reference as Markdown."""
     targets = sorted((load_target(n) for n in list_presets()), key=lambda t: t.peak_macs_per_cycle)
     parts = [_INTRO]
-    top = {k: f for k, f in TargetSchema.model_fields.items() if _section_model(f.annotation) is None}
+    top = {k: f for k, f in TargetSchema.model_fields.items() if k != "host" and _section_model(f.annotation) is None}
     rows = ["| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|---|---|" + "---|" * len(targets)]
     for key, info in top.items():
         unit = (info.json_schema_extra or {}).get("unit", "")
         rows.append(f"| `{key}` | {unit} | {info.description} | " + " | ".join(_value(t, "", key) for t in targets) + " |")
     parts.append("## Top level\n\n" + "\n".join(rows) + "\n")
     for key, info in TargetSchema.model_fields.items():
-        if key not in top:
+        if key not in top and key != "host":
             parts.append(_section(key, _section_model(info.annotation), targets))
+    parts.append(_host_section(targets))
     names, rows = targets_table([t.name for t in targets])
     derived = ["| figure | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
     derived += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows]

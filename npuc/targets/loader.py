@@ -82,6 +82,7 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items()}),
         area=None if s.area is None else AreaConfig(
             **{k: v if k.endswith("_ports") else float(v) for k, v in s.area.model_dump().items()}),
+        host_triple=s.host.triple if s.host is not None else None,
     )
 
 

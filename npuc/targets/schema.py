@@ -166,6 +166,12 @@ class AreaSchema(_Strict):
     fixed_mm2: float = key("mm^2", "DMA engine, instruction fetch and decode, control: independent of the sizes above", ge=0)
 
 
+class HostSchema(_Strict):
+    """``[host]``: the CPU beside the NPU, which runs the CPU segments (optional)."""
+
+    triple: str = key("text", "LLVM target triple the host back-end compiles CPU segments for (e.g. aarch64-unknown-linux-gnu); not part of the fingerprint", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
 class TargetSchema(_Strict):
     """A whole target file."""
 
@@ -180,3 +186,4 @@ class TargetSchema(_Strict):
     clock: ClockSchema
     energy: EnergySchema
     area: AreaSchema | None = Field(None, description="the area estimate (optional)")
+    host: HostSchema | None = Field(None, description="the host CPU (optional; default: the machine npuc runs on)")

@@ -108,8 +108,9 @@ class AreaConfig:
 
 
 # Parameters that name or describe a target rather than what its binaries do: not in the
-# fingerprint (the area estimate changes no instruction, no timing and no energy figure).
-_NOT_HARDWARE = ("name", "description", "area")
+# fingerprint (the area estimate and the host triple change no instruction, no timing and no
+# energy figure).
+_NOT_HARDWARE = ("name", "description", "area", "host_triple")
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Target:
     clock: ClockConfig
     energy: EnergyConfig
     area: AreaConfig | None = None
+    host_triple: str | None = None  # [host] triple: what CPU segments are compiled for (None: this machine)
 
     # ------------------------------------------------------------------ derived figures
     @property
