@@ -189,7 +189,8 @@ def compile(  # noqa: A001 (the API's name)
 
     ``quantize="int8"`` quantizes the model for the target first (docs/quantization.md): the
     NpuQuantizer's ranges come from running ``calibration``, a list of samples (each a tuple of
-    input tensors like ``example_inputs``; None: the example inputs alone), and the int8 graph
+    input tensors like ``example_inputs``; required: ranges from the example input alone would
+    fit that one input and nothing else, so None is refused as the CLI refuses it), and the int8 graph
     runs on the NPU bit for bit as npuc's integer reference interpreter computes it; ``art.run``
     still takes and returns float tensors (quantized and dequantized at the edges).
     ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after`` (graph-pass or
@@ -201,6 +202,12 @@ def compile(  # noqa: A001 (the API's name)
 
     tgt = resolve_target(target)
     precision = choose_precision(tgt, quantize)
+    if quantize is not None and calibration is None:
+        raise NpucError(
+            f"quantize='{quantize}' needs calibration samples: pass calibration=[(x1, ...), (x2, ...), ...], "
+            "inputs like the example inputs from your data (the example input alone would fit the int8 "
+            "ranges to that one input)"
+        )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     print_after = tuple(runner_opts.pop("print_after", ()))
@@ -225,14 +232,13 @@ def compile(  # noqa: A001 (the API's name)
 
 
 def quantized_graph(model: torch.nn.Module, example_inputs: tuple, target, calibration, name: str | None):
-    """The int8 graph of ``model``: quantized for ``target`` with the calibration samples (None:
-    the example inputs alone) and imported (npuc.frontend.quantized.import_quantized)."""
+    """The int8 graph of ``model``: quantized for ``target`` with the calibration samples and
+    imported (npuc.frontend.quantized.import_quantized)."""
     try:
         from npuc.frontend.quantized import import_quantized
     except ImportError:
         raise NpucError("this npuc cannot import quantized models (npuc.frontend.quantized is missing)") from None
-    samples = [example_inputs] if calibration is None else calibration
-    return import_quantized(model, example_inputs, samples, target=target, name=name)
+    return import_quantized(model, example_inputs, calibration, target=target, name=name)
 
 
 def io_edges(g, precision):

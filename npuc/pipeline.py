@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import torch
 
-from npuc.errors import CompileError, VerifyError
+from npuc.errors import CompileError, NpucError, VerifyError
 from npuc.ir.graph import Graph
 from npuc.ir.text import print_graph
 from npuc.ir.verify import verify
@@ -174,11 +174,24 @@ def run_graph_passes(
     return run_stages(g, stages, opts)
 
 
-def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | None = None, **runner_opts: Any) -> Graph:
-    """torch.export ``model`` on ``example_inputs``, import it and run the graph passes."""
+RUNNER_OPTIONS = ("verify_each", "print_after", "print_after_all", "dump_dir", "out", "records")
+
+
+def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | None = None,
+                 strict: bool = False, dynamic_shapes: Any = None, **runner_opts: Any) -> Graph:
+    """torch.export ``model`` on ``example_inputs``, import it and run the graph passes.
+
+    ``strict`` and ``dynamic_shapes`` go to torch.export (a dynamic dimension is refused with
+    its name: npuc compiles static shapes); ``runner_opts`` are the runner's (RUNNER_OPTIONS)."""
     from npuc.frontend import import_graph
 
-    g = import_graph(model, example_inputs, name=name)
+    unknown = sorted(set(runner_opts) - set(RUNNER_OPTIONS))
+    if unknown:
+        raise NpucError(f"import_model() got unknown options: {', '.join(unknown)}; it takes name, strict, "
+                        f"dynamic_shapes and the runner's {', '.join(RUNNER_OPTIONS)}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    g = import_graph(model, tuple(example_inputs), name=name, strict=strict, dynamic_shapes=dynamic_shapes)
     return run_graph_passes(g, **runner_opts)
 
 
