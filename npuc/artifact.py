@@ -112,7 +112,10 @@ class Artifact:
         return self.npub.to_bytes()
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.to_bytes())
+        """Write the .npub to ``path`` atomically (a failed write leaves an older file whole)."""
+        from npuc.fileio import write_atomic
+
+        write_atomic(path, self.to_bytes(), "the binary")
 
     def run(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked)."""
@@ -217,6 +220,10 @@ def compile(  # noqa: A001 (the API's name)
     unknown = set(runner_opts) - {"verify_each", "print_after_all", "dump_dir", "out"}
     if unknown:
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
+    if runner_opts.get("dump_dir") is not None:  # checked before the work, not after it
+        from npuc.fileio import make_dir
+
+        make_dir(runner_opts["dump_dir"], "the dump folder")
     if on_stage is not None:
         on_stage("import" if quantize is None else "quantize")
     if quantize is None:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from npuc.errors import NpucError
+from npuc.fileio import check_output_path, read_bytes, read_text, write_atomic
 
 # Wide enough for the per-layer tables when the output is a file or a pipe (rich assumes 80).
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -164,7 +165,7 @@ def ops_cmd(write):
     if write is not None:
         from npuc.ir.opdoc import ops_markdown
 
-        write.write_text(ops_markdown())
+        write_atomic(write, ops_markdown(), "the ops table")
         console.print(f"wrote {write}")
 
 
@@ -213,9 +214,10 @@ def asm_cmd(source, output):
     """Assemble NPU assembly text into encoded instructions."""
     from npuc.isa import assemble, encode_program
 
-    program = assemble(source.read_text())
+    check_output_path(output, "the code")
+    program = assemble(read_text(source, "the assembly"))
     data = encode_program(program)
-    output.write_bytes(data)
+    write_atomic(output, data, "the code")
     console.print(f"{len(program)} instructions, {len(data)} bytes -> {output}")
 
 
@@ -226,7 +228,7 @@ def disasm_cmd(binary):
     """Disassemble encoded NPU instructions to assembly text."""
     from npuc.isa import decode_program, disassemble
 
-    click.echo(disassemble(decode_program(binary.read_bytes())), nl=False)  # raw: valid assembly
+    click.echo(disassemble(decode_program(read_bytes(binary, "the code"))), nl=False)  # raw: valid assembly
 
 
 # ------------------------------------------------------------------------------------ compile
@@ -269,6 +271,7 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
     import npuc
     from npuc.zoo import load_model
 
+    check_output_path(output, "the binary")
     module, inputs = load_model(model)
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     with console.status(f"compiling {model}") as status:
@@ -338,7 +341,7 @@ def _inputs_for(art, input_files, model):
     import torch
 
     if input_files:
-        return tuple(torch.from_numpy(np.load(f)) for f in input_files)
+        return tuple(torch.from_numpy(a) for f in input_files for a in load_input_arrays(Path(f)))
     name = model or art.model_name
     from npuc.zoo import ZOO
 
@@ -347,10 +350,29 @@ def _inputs_for(art, input_files, model):
     raise click.UsageError("give the inputs with --input file.npy (one per model input) or name a zoo model with --model")
 
 
+def load_input_arrays(path: Path) -> list:
+    """The arrays of an input file: a .npy holds one model input, a .npz one per model input (in
+    the file's order); NpucError naming the file when it cannot be read as such."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            arrays = [data[k] for k in data.files] if isinstance(data, np.lib.npyio.NpzFile) else [data]
+    except OSError as e:
+        raise NpucError(f"cannot read the input file '{path}': {e.strerror or e}") from None
+    except (ValueError, EOFError, KeyError) as e:
+        raise NpucError(f"cannot read the input file '{path}' as .npy or .npz: {e}") from None
+    for a in arrays:
+        if a.dtype.hasobject or a.dtype.kind not in "biuf":
+            raise NpucError(f"the input file '{path}' holds a {a.dtype} array; inputs are numeric tensors")
+    return [np.ascontiguousarray(a) for a in arrays]
+
+
 @main.command("run")
 @click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--input", "input_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="A .npy file per model input, in order.")
+              help="A .npy file per model input, in order, or a .npz holding one array per model input.")
 @click.option("--model", default=None, help="The model the binary was compiled from, to check the outputs against "
               "PyTorch eager (default: the zoo model named in the binary, if any).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
@@ -382,7 +404,7 @@ def run_cmd(binary, input_files, model, target):
         verdict = "[green]ok[/]" if c.ok else "[red]TOO FAR[/]"
         console.print(f"output {i} vs PyTorch eager fp32: relative L2 error {c.rel_error:.2e} (PyTorch fp16 itself: "
                       f"{c.fp16_rel_error:.2e}; tolerance {c.tolerance:.2e}), max abs error {c.max_abs_error:.3g}"
-                      f"{top1}: {verdict}")
+                      f"{top1}: {verdict}" + (f" ({c.note})" if c.note else ""), soft_wrap=True)
         ok = ok and c.ok
     if not ok:
         sys.exit(1)
@@ -430,6 +452,8 @@ def profile_cmd(binary, trace, target):
     """Per-layer cycles, utilization, traffic and energy of a .npub, and the totals."""
     import npuc
 
+    if trace is not None:
+        check_output_path(trace, "the trace")
     art = npuc.load(binary, target=target)
     with console.status("simulating"):
         prof = art.profile(*_zero_inputs(art))
@@ -477,7 +501,8 @@ def demo_cmd(model, target):
     for i, c in enumerate(checks):
         verdict = "[green]within fp16 tolerance[/]" if c.ok else "[red]OUTSIDE fp16 tolerance[/]"
         console.print(f"output {i}: relative L2 error vs PyTorch fp32 {c.rel_error:.2e} (tolerance {c.tolerance:.2e}, "
-                      f"PyTorch fp16 {c.fp16_rel_error:.2e}): {verdict}")
+                      f"PyTorch fp16 {c.fp16_rel_error:.2e}): {verdict}" + (f" ({c.note})" if c.note else ""),
+                      soft_wrap=True)
     with console.status("profiling"):
         prof = art.profile(*inputs)
     _print_profile(prof, f"{model} on {art.target.name}")
@@ -501,14 +526,16 @@ def sim_cmd(program, target_name, dram_file, trace):
     from npuc.runtime.sim.trace import write_perfetto_trace
     from npuc.targets import DEFAULT_TARGET, load_target
 
+    if trace is not None:
+        check_output_path(trace, "the trace")
     tgt = load_target(target_name or DEFAULT_TARGET)
-    data = program.read_bytes()
+    data = read_bytes(program, "the program")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     instrs = assemble(text) if text is not None and _looks_like_asm(text) else decode_program(data)
-    dram = dram_file.read_bytes() if dram_file is not None else None
+    dram = read_bytes(dram_file, "the DRAM image") if dram_file is not None else None
     r = simulate(instrs, tgt, dram)
     t = Table(title=f"{program.name} on {tgt.name}: {len(instrs)} instructions")
     t.add_column("unit")

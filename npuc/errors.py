@@ -53,3 +53,8 @@ class CompileError(NpucError):
 
 class ModelSpecError(NpucError):
     """A MODEL argument names no zoo entry and no loadable user file."""
+
+
+class FileError(NpucError):
+    """A file or folder npuc was asked to read or write could not be (missing, not a folder,
+    no permission, no space...); the message names the path."""

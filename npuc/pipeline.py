@@ -122,11 +122,13 @@ def run_stages(ir: Any, stages: Sequence[Stage], opts: RunOptions, *, first_inde
 
 def dump_stage(ir: Any, stage: Stage, dump_dir: Path, index: int, name: str | None = None) -> None:
     """Write ``NN-<stage><suffix>`` (and ``NN-<stage>.constants.json``) into ``dump_dir``."""
-    dump_dir.mkdir(parents=True, exist_ok=True)
+    from npuc.fileio import make_dir, write_atomic
+
+    make_dir(dump_dir, "the dump folder")
     base = f"{index:02d}-{name or stage.name}"
-    (dump_dir / f"{base}{stage.suffix}").write_text(stage.text(ir))
+    write_atomic(dump_dir / f"{base}{stage.suffix}", stage.text(ir), "an IR dump")
     if stage.manifest is not None:
-        (dump_dir / f"{base}.constants.json").write_text(stage.manifest(ir))
+        write_atomic(dump_dir / f"{base}.constants.json", stage.manifest(ir), "an IR dump")
 
 
 def check_stage_names(names: Sequence[str], known: Sequence[str]) -> None:

@@ -134,9 +134,10 @@ class Profile:
 
     def write_trace(self, path: str | Path) -> None:
         """A Chrome/Perfetto JSON trace: every NPU instruction by queue/unit, CPU segments on a host track."""
+        from npuc.fileio import write_atomic
         from npuc.report.trace import profile_trace
 
-        Path(path).write_text(json.dumps(profile_trace(self), separators=(",", ":")), encoding="utf-8")
+        write_atomic(path, json.dumps(profile_trace(self), separators=(",", ":")), "the trace")
 
 
 # ------------------------------------------------------------------------------------ building

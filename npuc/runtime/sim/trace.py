@@ -55,4 +55,6 @@ def perfetto_events(result: SimResult, debug_map: Mapping[int, str] | None = Non
 def write_perfetto_trace(result: SimResult, path: str | Path, debug_map: Mapping[int, str] | None = None) -> None:
     """Write the Chrome/Perfetto JSON trace of ``result`` to ``path``."""
     doc = {"traceEvents": perfetto_events(result, debug_map), "displayTimeUnit": "ns"}
-    Path(path).write_text(json.dumps(doc, indent=None, separators=(",", ":")), encoding="utf-8")
+    from npuc.fileio import write_atomic
+
+    write_atomic(path, json.dumps(doc, indent=None, separators=(",", ":")), "the trace")
