@@ -168,7 +168,13 @@ def target_of(npub: Npub):
         raise BinaryFormatError(
             f"the binary does not describe its target '{npub.target_name}'; pass target= to load it"
         )
-    t = target_from_dict(json.loads(doc), source="the binary's metadata")
+    try:
+        desc = json.loads(doc)
+    except ValueError as e:
+        raise BinaryFormatError(f"the target description in the binary's metadata is not JSON: {e}") from None
+    if not isinstance(desc, dict):
+        raise BinaryFormatError("the target description in the binary's metadata is not a JSON object")
+    t = target_from_dict(desc, source="the binary's metadata")
     if t.fingerprint() != npub.target_fingerprint:
         raise BinaryFormatError("the target description in the binary's metadata does not match its fingerprint")
     return t
@@ -276,7 +282,9 @@ def compile_graph(g, target=None, quantize: str | None = None, **runner_opts: An
 
 
 def load(path: str | Path | bytes, target=None) -> Artifact:
-    """Load and validate a .npub; with ``target``, refuse a binary built for another target."""
+    """Load and validate a .npub; with ``target``, refuse a binary built for another target.
+    Without it, the binary runs on the target its metadata describes, checked the same way
+    (fingerprint, memories); its CPU segments' bindings are checked against their graphs."""
     if isinstance(path, (bytes, bytearray)):
         data, source = bytes(path), None
     else:
@@ -295,5 +303,10 @@ def load(path: str | Path | bytes, target=None) -> Artifact:
         return instrs
 
     npub = load_npub(data, expected_target=expected, source=source, decode_code=decode)
-    tgt = expected if expected is not None else target_of(npub)
+    tgt = expected
+    if tgt is None:  # the target the binary names is checked as a given one would be
+        from npuc.runtime.npub_validate import check_fits_target
+
+        tgt = target_of(npub)
+        check_fits_target(npub, tgt, source)
     return Artifact(npub, tgt, None, tuple(decoded))

@@ -83,6 +83,16 @@ def stored_to_host(t: TensorType, x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype.is_floating_point else x
 
 
+def _cpu_estimates(npub: Npub) -> list[float]:
+    """The host-time estimate of each CPU subgraph from the metadata (0 where it has none)."""
+    meta = dict(npub.metadata.extra) if npub.metadata else {}
+    try:
+        rows = json.loads(meta.get("npuc.cpu", "[]"))
+        return [float(row[1]) for row in rows]
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        raise BinaryFormatError(f"the CPU estimates in the binary's metadata ('npuc.cpu') are malformed: {e}") from None
+
+
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
@@ -118,8 +128,9 @@ class Executor:
             programs = tuple(Program(tuple(decode_program(p))) for p in npub.code_segments)
         self.programs = tuple(programs)
         self._cpu_graphs: dict[int, object] = {}
-        meta = dict(npub.metadata.extra) if npub.metadata else {}
-        self.cpu_estimates = [row[1] for row in json.loads(meta.get("npuc.cpu", "[]"))]
+        self.cpu_estimates = _cpu_estimates(npub)
+        for i in range(len(npub.cpu_fallback)):
+            self._check_bindings(i)
         self.const_offset = next(
             (r.offset for r in npub.memory_plan.regions if r.kind == RegionKind.CONSTANTS), 0
         )
@@ -196,6 +207,26 @@ class Executor:
                     consts[b.value] = torch.from_numpy(arr.copy())
             self._cpu_graphs[index] = parse_graph(sub.graph_text, consts)
         return self._cpu_graphs[index]
+
+    def _check_bindings(self, index: int) -> None:
+        """Every input, output and constant of CPU subgraph ``index`` bound once, with its role
+        and its shape (BinaryFormatError otherwise): a run never meets a missing binding."""
+        sub = self.npub.cpu_fallback[index]
+        g = self._cpu_graph(index)
+        where = f"CPU subgraph '{sub.name}'"
+        roles: dict[str, list] = {}
+        for b in sub.bindings:
+            roles.setdefault(b.value, []).append(b)
+        for values, role in ((g.inputs, BindingRole.INPUT), (g.outputs, BindingRole.OUTPUT)):
+            for v in values:
+                bound = [b for b in roles.get(v.name, []) if b.role == role]
+                if len(bound) != 1:
+                    raise BinaryFormatError(f"{where}: its {role.name.lower()} %{v.name} has {len(bound)} "
+                                            f"{role.name} bindings, not one")
+                b = bound[0]
+                if logical_shape(b.type) != tuple(v.type.shape):
+                    raise BinaryFormatError(f"{where}: %{v.name} is {list(v.type.shape)} in the graph but bound as "
+                                            f"{list(logical_shape(b.type))}")
 
     def _run_cpu(self, index: int, dram: np.ndarray) -> None:
         sub = self.npub.cpu_fallback[index]

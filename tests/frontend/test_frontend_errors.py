@@ -165,7 +165,7 @@ def test_user_model_file(tmp_path):
         load_model(f"{f}:missing")
     with pytest.raises(ModelSpecError, match=r"must return \(model, example_inputs\)"):
         load_model(f"{f}:wrong")
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelSpecError, match=r"broken\(\) of model file .* raised ValueError: no weights here \(at mymodel.py:\d+"):
         load_model(f"{f}:broken")
     with pytest.raises(ModelSpecError, match="does not exist"):
         load_model(f"{tmp_path / 'nope.py'}:build")

@@ -80,7 +80,9 @@ def prepare(instrs: Sequence[Instr], target: Target, dram_size: int | None) -> t
     reason = program_problem(list(instrs))
     if reason:
         raise SimulationError(f"not a complete program: {reason}")
-    sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
+    # Without a DRAM image the DRAM is as large as the DMAs reach, up to the target's DRAM.
+    dram_bound = dram_size if dram_size is not None else target.dram.size_bytes
+    sizes = {Mem.dram: dram_bound, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
     cache: dict[Instr, Step] = {}
     steps = []
     dram_top = 1
@@ -101,8 +103,7 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
     reason = d.check(a, target)
     regions = d.regions(a)
     for r in regions:
-        size = sizes[r.mem]
-        reason = reason or r.problem(size if size is not None else 1 << 62)
+        reason = reason or r.problem(sizes[r.mem])
     if reason:
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
