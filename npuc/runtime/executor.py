@@ -11,7 +11,6 @@ outputs (``npuc.quant.arith``, the ``quantize``/``dequantize`` ops' semantics).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +25,7 @@ from npuc.isa.instr import Program
 from npuc.lower.layout import parse_layout
 from npuc.lower.precision import numpy_dtype
 from npuc.runtime.npub import BindingRole, Npub, RegionKind, SegmentKind
+from npuc.runtime.npub_meta import profile_metadata
 from npuc.runtime.sim import simulate
 from npuc.runtime.sim.result import SimResult
 
@@ -83,16 +83,6 @@ def stored_to_host(t: TensorType, x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype.is_floating_point else x
 
 
-def _cpu_estimates(npub: Npub) -> list[float]:
-    """The host-time estimate of each CPU subgraph from the metadata (0 where it has none)."""
-    meta = dict(npub.metadata.extra) if npub.metadata else {}
-    try:
-        rows = json.loads(meta.get("npuc.cpu", "[]"))
-        return [float(row[1]) for row in rows]
-    except (ValueError, TypeError, IndexError, KeyError) as e:
-        raise BinaryFormatError(f"the CPU estimates in the binary's metadata ('npuc.cpu') are malformed: {e}") from None
-
-
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
@@ -128,7 +118,7 @@ class Executor:
             programs = tuple(Program(tuple(decode_program(p))) for p in npub.code_segments)
         self.programs = tuple(programs)
         self._cpu_graphs: dict[int, object] = {}
-        self.cpu_estimates = _cpu_estimates(npub)
+        self.cpu_estimates = [row[1] for row in profile_metadata(npub).cpu]
         for i in range(len(npub.cpu_fallback)):
             self._check_bindings(i)
         self.const_offset = next(

@@ -52,6 +52,7 @@ def test_huge_arena_refused_against_the_named_target(with_cpu, arena):
     ("npuc.target", "[1, 2]", "not a JSON object"),
     ("npuc.cpu", "[[1]]", "malformed"),
     ("npuc.cpu", "nope", "malformed"),
+    ("npuc.layers", "[[[\"a\", 1]]]", "malformed"),
 ])
 def test_malformed_metadata_refused(with_cpu, key, value, match):
     npub, x = with_cpu
