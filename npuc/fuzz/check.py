@@ -10,8 +10,10 @@ Three paths, each with its own stated tolerance:
   interpreter bit for bit, and that reference is within 0.25 relative L2 of eager (quantization
   error of a few random ops, with a margin; a gross error such as a wrong op is far beyond it).
 
-An ``NpucError`` is a clean refusal (an op the int8 path does not take, say), counted apart;
-any other exception is a crash.  :func:`shrink` removes steps while a failure persists, so the
+An ``NpucError`` is a clean refusal (an op the int8 path does not take, say), counted apart --
+except when npuc refuses what it produced itself (a verifier, the container's validation or the
+simulator rejecting compiled output, an "internal error"): that, and any other exception, is a
+crash.  :func:`shrink` removes steps while a failure persists, so the
 reproducer printed is minimal.
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from npuc.errors import NpucError
+from npuc.errors import BinaryFormatError, NpucError, SimulationError, VerifyError
 from npuc.fuzz.graphs import Recipe, build, recipe_source
 
 INTERP_TOL = 1e-5
@@ -65,7 +67,11 @@ def _close(got: torch.Tensor, ref: torch.Tensor, tol: float) -> str | None:
 def _guard(path: str, fn) -> PathResult:
     try:
         problem = fn()
+    except (BinaryFormatError, VerifyError, SimulationError) as e:  # npuc refusing its own output
+        return PathResult(path, "crash", f"{type(e).__name__} from npuc's own output: {e}")
     except NpucError as e:
+        if "internal error" in str(e):
+            return PathResult(path, "crash", f"{type(e).__name__}: {e}")
         return PathResult(path, "refused", str(e).splitlines()[0][:300])
     except Exception as e:  # noqa: BLE001 (a crash is what this looks for)
         tb = traceback.format_exc(limit=-3)
