@@ -720,11 +720,17 @@ NOT_PROPOSED = frozenset({"const", "quantize", "dequantize", "qadd", "qavg_pool2
                           "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
 
 
+IMAGE_OPS = frozenset({"conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "batch_norm", "upsample_nearest2d"})
+
+
 def random_recipe(seed: int, max_steps: int = 4) -> Recipe:
-    """A random graph of 1..``max_steps`` proposed steps (each may add helper steps)."""
+    """A random graph: the op ``seed`` selects first (so a run of seeds covers every op), then
+    up to ``max_steps`` random steps (a step may add helper steps)."""
     rng = random.Random(seed)
     g = _Gen(rng, seed)
-    rank = rng.choice((2, 3, 4, 4))
+    ops = sorted(PROPOSERS)
+    first = ops[seed % len(ops)]  # every op leads a graph once per len(ops) seeds
+    rank = 4 if first in IMAGE_OPS else rng.choice((2, 3, 4, 4))
     n_inputs = rng.choice((1, 1, 2))
     gen = torch.Generator().manual_seed(seed + 1)
     for i in range(n_inputs):
@@ -734,10 +740,12 @@ def random_recipe(seed: int, max_steps: int = 4) -> Recipe:
     for inp in g.inputs:  # drawn in order, as build() draws them
         g.ns[inp.name] = torch.round(torch.randn(inp.shape, generator=gen) * 8) / 8
         g.values.append(_Value(inp.name, g.ns[inp.name], True))
-    ops = sorted(PROPOSERS)
+    for _ in range(8):
+        if PROPOSERS[first](g):
+            break
     want = rng.randint(1, max_steps)
     tries = 0
-    while len([s for s in g.steps]) < want and tries < 40:
+    while len(g.steps) < want and tries < 40:
         tries += 1
         PROPOSERS[rng.choice(ops)](g)
     if not g.steps:
