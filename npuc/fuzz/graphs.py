@@ -296,6 +296,7 @@ _UNARY = {
     "rsqrt": ("torch.rsqrt(torch.abs({x}) + 0.5)", False),
     "reciprocal": ("torch.reciprocal(torch.abs({x}) + 0.5)", False),
     "pow": ("torch.pow({x}, 2)", False),
+    "log1p": ("torch.log1p(torch.abs({x}))", False),
 }
 
 
@@ -681,6 +682,96 @@ def _upsample(g: _Gen) -> bool:
     return g.try_step("upsample_nearest2d", f"F.interpolate({x.name}, scale_factor={f}, mode='nearest')", exact=x.exact)
 
 
+def _elu(g: _Gen) -> bool:
+    x = g.pick(g.floats())
+    if x is None:
+        return False
+    expr = g.rng.choice(("F.elu({x}, alpha={a})", "F.selu({x})", "F.celu({x}, alpha={a})"))
+    return g.try_step("elu", expr.format(x=x.name, a=g.rng.choice((0.5, 1.0, 1.5))))
+
+
+def _flip(g: _Gen) -> bool:
+    x = g.pick(g.floats(min_rank=1))
+    if x is None:
+        return False
+    dims = sorted(g.rng.sample(range(x.t.dim()), g.rng.randint(1, x.t.dim())))
+    return g.try_step("flip", f"torch.flip({x.name}, {dims})", exact=x.exact)
+
+
+def _cumsum(g: _Gen) -> bool:
+    x = g.pick(g.floats(min_rank=1))
+    if x is None:
+        return False
+    return g.try_step("cumsum", f"torch.cumsum({x.name}, dim={g.rng.randrange(-x.t.dim(), x.t.dim())})")
+
+
+def _gather(g: _Gen) -> bool:
+    x = g.pick(g.floats(min_rank=1))
+    if x is None:
+        return False
+    d = g.rng.randrange(x.t.dim())
+    shape = tuple(g.rng.randint(1, n) if i != d else g.rng.choice((1, 2, 3, 5)) for i, n in enumerate(x.t.shape))
+    idx = g.const(shape, "index", high=x.t.shape[d])
+    return g.try_step("gather", f"torch.gather({x.name}, {d}, {idx})", exact=x.exact)
+
+
+def _group_norm(g: _Gen) -> bool:
+    x = g.pick(g.floats(rank=4)) or g.pick(g.floats(rank=3))
+    if x is None:
+        return False
+    c = x.t.shape[1]
+    if g.rng.random() < 0.4 and x.t.dim() == 4:
+        affine = g.rng.random() < 0.5
+        expr = f"F.instance_norm({x.name}, weight={g.const((c,), 'rand', 1.0) if affine else None}, " \
+               f"bias={g.const((c,), scale=0.2) if affine else None})"
+        return g.try_step("group_norm", expr)
+    groups = g.rng.choice([d for d in (1, 2, 3, c) if c % d == 0])
+    return g.try_step("group_norm", f"F.group_norm({x.name}, {groups}, {g.const((c,), 'rand', 1.0)}, "
+                                    f"{g.const((c,), scale=0.2)}, 1e-5)")
+
+
+def _bilinear(g: _Gen) -> bool:
+    x = g.pick(g.floats(rank=4))
+    if x is None:
+        return False
+    ac = g.rng.random() < 0.5
+    if g.rng.random() < 0.5:
+        return g.try_step("upsample_bilinear2d", f"F.interpolate({x.name}, scale_factor={g.rng.choice((2, 3))}, "
+                                                 f"mode='bilinear', align_corners={ac})")
+    size = (g.rng.choice((1, 2, 5, 7)), g.rng.choice((1, 3, 4, 9)))
+    return g.try_step("upsample_bilinear2d", f"F.interpolate({x.name}, size={size}, mode='bilinear', align_corners={ac})")
+
+
+def _conv_transpose(g: _Gen) -> bool:
+    x = g.pick(g.floats(rank=4))
+    if x is None:
+        return False
+    c = x.t.shape[1]
+    groups = g.rng.choice([d for d in (1, 1, 2, c) if c % d == 0])
+    out = g.rng.choice((1, 2, 3, 4))
+    k = g.rng.choice((1, 2, 3, 4))
+    stride = g.rng.choice((1, 2, 3))
+    pad = g.rng.choice((0, 1))
+    dil = g.rng.choice((1, 1, 2))
+    opad = g.rng.randrange(max(stride, dil)) if g.rng.random() < 0.3 else 0
+    w = g.const((c, out, k, k), scale=round(1.0 / (c * k) ** 0.5, 4))
+    b = g.const((out * groups,), scale=0.1) if g.rng.random() < 0.5 else "None"
+    return g.try_step("conv_transpose2d", f"F.conv_transpose2d({x.name}, {w}, {b}, stride={stride}, padding={pad}, "
+                                          f"output_padding={opad}, groups={groups}, dilation={dil})")
+
+
+def _grid_sample(g: _Gen) -> bool:
+    x = g.pick(g.floats(rank=4))
+    if x is None:
+        return False
+    n = x.t.shape[0]
+    grid = g.const((n, g.rng.choice((1, 2, 3, 5)), g.rng.choice((1, 2, 4)), 2), scale=0.6)
+    mode = g.rng.choice(("bilinear", "nearest"))
+    pad = g.rng.choice(("zeros", "border", "reflection"))
+    return g.try_step("grid_sample", f"F.grid_sample({x.name}, {grid}, mode={mode!r}, padding_mode={pad!r}, "
+                                     f"align_corners={g.rng.random() < 0.5})")
+
+
 PROPOSERS: dict[str, Proposer] = {
     **{op: _unary(op) for op in _UNARY},
     "gelu": _gelu,
@@ -712,6 +803,14 @@ PROPOSERS: dict[str, Proposer] = {
     "select": _select,
     "slice": _slice,
     "upsample_nearest2d": _upsample,
+    "elu": _elu,
+    "flip": _flip,
+    "cumsum": _cumsum,
+    "gather": _gather,
+    "group_norm": _group_norm,
+    "upsample_bilinear2d": _bilinear,
+    "conv_transpose2d": _conv_transpose,
+    "grid_sample": _grid_sample,
 }
 
 # Graph ops a PyTorch program does not produce directly: the quantized ops (the int8 path makes
@@ -720,7 +819,8 @@ NOT_PROPOSED = frozenset({"const", "quantize", "dequantize", "qadd", "qavg_pool2
                           "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
 
 
-IMAGE_OPS = frozenset({"conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "batch_norm", "upsample_nearest2d"})
+IMAGE_OPS = frozenset({"conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "batch_norm", "upsample_nearest2d",
+                       "group_norm", "upsample_bilinear2d", "conv_transpose2d", "grid_sample"})
 
 
 def random_recipe(seed: int, max_steps: int = 4) -> Recipe:
