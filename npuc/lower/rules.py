@@ -389,3 +389,4 @@ VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select", "cast"}
 
 # The quantized graph ops register their rules in their own module.
 import npuc.lower.rules_int8  # noqa: E402,F401
+import npuc.lower.rules_models  # noqa: E402,F401

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 
 from npuc.ir.opdef import OpDef, fail, register
@@ -16,10 +17,27 @@ from npuc.ir.ops.common import require_float, require_ints_at_least, require_ran
 @dataclass(frozen=True)
 class UpsampleBilinear2dAttrs:
     """``upsample_bilinear2d``: the (h, w) output size; with ``align_corners`` the corner pixels
-    of input and output coincide, without it their edges do (PyTorch's two conventions)."""
+    of input and output coincide, without it their edges do (PyTorch's two conventions).
+    ``scales`` (h, w), when given, map output to input coordinates instead of the size ratio
+    (PyTorch's ``scale_factor`` without ``recompute_scale_factor``); 0 means "from the sizes"."""
 
     output_size: tuple[int, int] = (1, 1)
     align_corners: bool = False
+    scales: tuple[float, float] = (0.0, 0.0)
+
+
+def linear_weights(n_in: int, n_out: int, align_corners: bool, scale: float = 0.0) -> torch.Tensor:
+    """The [n_out, n_in] matrix of PyTorch's 1-D linear interpolation (bilinear is separable:
+    rows by one of these, columns by another)."""
+    eye = torch.eye(n_in, dtype=torch.float64).unsqueeze(0)  # [1, n_in (as channels), n_in]
+    out = torch.ops.aten.upsample_linear1d.default(eye, [n_out], align_corners, scale or None)
+    return out[0].T.contiguous()  # out[0][c, j] = weight of input c in output j
+
+
+def _bilinear_ref(ins, a: UpsampleBilinear2dAttrs):
+    sh, sw = a.scales
+    return (torch.ops.aten.upsample_bilinear2d.default(ins[0], list(a.output_size), a.align_corners,
+                                                        sh or None, sw or None),)
 
 
 def _bilinear_infer(ins, a: UpsampleBilinear2dAttrs):
@@ -36,8 +54,7 @@ register(
         attrs=UpsampleBilinear2dAttrs,
         infer=_bilinear_infer,
         verify=lambda ins, a: require_ints_at_least("upsample_bilinear2d", "output_size", a.output_size, 1, count=2),
-        reference=lambda ins, a: (F.interpolate(ins[0], size=a.output_size, mode="bilinear",
-                                                align_corners=a.align_corners),),
+        reference=_bilinear_ref,
         category="resample",
         operands=("x",),
     )

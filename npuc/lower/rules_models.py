@@ -1,0 +1,55 @@
+"""Lowering rules for ops real models needed beyond the first set: ``elu`` as an elementwise
+chain, ``upsample_bilinear2d`` as two matrix products with constant interpolation weights.
+
+Bilinear resizing is separable: ``y[n, c] = A_h @ x[n, c] @ A_w^T`` with the [out, in] matrices
+of PyTorch's 1-D linear interpolation (:func:`npuc.ir.ops.resample.linear_weights`, align_corners
+and scales included), so it runs on the systolic array as two gemm kernels: the first over the
+rows of every channel (``x @ A_w^T``), the second with ``A_h`` broadcast over the channels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from npuc.codegen.kernel import EpilogueOp
+from npuc.ir.graph import Node
+from npuc.ir.ops.resample import linear_weights
+from npuc.lower.context import LowerContext
+from npuc.lower.layout import broadcast_to
+from npuc.lower.rules import rule, single
+
+
+@rule("elu")
+def lower_elu(ctx: LowerContext, node: Node):
+    """elu(x) = scale * relu(x) + scale * alpha * (exp(input_scale * min(x, 0)) - 1): two eltwise
+    kernels (the positive part, then the negative part added to it)."""
+    a = node.attrs
+    x, y = node.inputs[0], node.outputs[0]
+    xt = ctx.tensor(x)
+    pos = ctx.temp(f"{y.name}.pos", y.type.shape)
+    pos_steps = (EpilogueOp("relu"),) + ((EpilogueOp("mul", scalar=a.scale),) if a.scale != 1.0 else ())
+    k1 = ctx.kernel(node, "eltwise", (xt,), pos, epilogue=pos_steps, suffix=".pos")
+    neg_steps = [EpilogueOp("clamp", params=(("min", -math.inf), ("max", 0.0)))]
+    if a.input_scale != 1.0:
+        neg_steps.append(EpilogueOp("mul", scalar=a.input_scale))
+    neg_steps += [EpilogueOp("exp"), EpilogueOp("add", scalar=-1.0), EpilogueOp("mul", scalar=a.scale * a.alpha),
+                  EpilogueOp("add", operand=pos)]
+    k2 = ctx.kernel(node, "eltwise", (xt,), ctx.out(y), epilogue=tuple(neg_steps))
+    return single(k1, k2)
+
+
+@rule("upsample_bilinear2d")
+def lower_bilinear(ctx: LowerContext, node: Node):
+    a = node.attrs
+    x, y = node.inputs[0], node.outputs[0]
+    n, c, h, w = x.type.shape
+    oh, ow = a.output_size
+    ah = linear_weights(h, oh, a.align_corners, a.scales[0]).float()  # [oh, h]
+    awt = linear_weights(w, ow, a.align_corners, a.scales[1]).float().T.contiguous()  # [w, ow]
+    tag = f"{y.name}.bilinear"
+    awt_t = broadcast_to(ctx.const_tensor(tag, awt, ".w"), (n, c, w, ow))
+    ah_t = broadcast_to(ctx.const_tensor(tag, ah, ".h"), (n, c, oh, h))
+    rows = ctx.temp(f"{y.name}.rows", (n, c, h, ow))
+    k1 = ctx.kernel(node, "gemm", (ctx.tensor(x), awt_t), rows, suffix=".w")
+    k2 = ctx.kernel(node, "gemm", (ah_t, rows), ctx.out(y), suffix=".h")
+    return single(k1, k2)
