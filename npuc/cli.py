@@ -81,9 +81,11 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
 
     from npuc.frontend import import_graph
     from npuc.interp import interpret
-    from npuc.pipeline import run_graph_passes
+    from npuc.pipeline import check_graph_options, run_graph_passes
     from npuc.zoo import load_model
 
+    if not no_passes:
+        check_graph_options(print_after, dump_dir)
     module, inputs = load_model(model)
     with console.status(f"exporting {model} with torch.export"):
         raw = import_graph(module, inputs, name=model)

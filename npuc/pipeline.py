@@ -131,6 +131,16 @@ def dump_stage(ir: Any, stage: Stage, dump_dir: Path, index: int, name: str | No
         write_atomic(dump_dir / f"{base}.constants.json", stage.manifest(ir), "an IR dump")
 
 
+def check_graph_options(print_after: Sequence[str], dump_dir: Path | str | None) -> None:
+    """The graph runner's options checked before any work: stage names exist, the dump folder
+    can be made."""
+    check_stage_names(tuple(print_after), ["import"] + [p.__name__ for p in GRAPH_PASSES])
+    if dump_dir is not None:
+        from npuc.fileio import make_dir
+
+        make_dir(dump_dir, "the dump folder")
+
+
 def check_stage_names(names: Sequence[str], known: Sequence[str]) -> None:
     """CompileError naming a --print-after stage that does not exist."""
     unknown = [n for n in names if n not in known]
@@ -191,6 +201,7 @@ def import_model(model: torch.nn.Module, example_inputs: tuple, *, name: str | N
     if unknown:
         raise NpucError(f"import_model() got unknown options: {', '.join(unknown)}; it takes name, strict, "
                         f"dynamic_shapes and the runner's {', '.join(RUNNER_OPTIONS)}")
+    check_graph_options(runner_opts.get("print_after", ()), runner_opts.get("dump_dir"))
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     g = import_graph(model, tuple(example_inputs), name=name, strict=strict, dynamic_shapes=dynamic_shapes)

@@ -101,3 +101,14 @@ def test_unreadable_files_are_named(tmp_path):
         npuc.load(tmp_path / "missing.npub")
     out = CliRunner().invoke(main, ["disasm", str(tmp_path)])
     assert out.exit_code != 0 and not isinstance(out.exception, OSError)
+
+
+def test_import_options_checked_before_the_export(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    out = CliRunner().invoke(main, ["import", "torchvision:resnet50", "--print-after", "nope"])
+    assert out.exit_code == 1 and "nope" in out.output
+    with pytest.raises(NpucError, match="nope"):
+        npuc.import_model(nn.Linear(2, 2), (torch.randn(1, 2),), print_after=("nope",))
+    with pytest.raises(FileError):
+        npuc.import_model(nn.Linear(2, 2), (torch.randn(1, 2),), dump_dir=f / "sub")
