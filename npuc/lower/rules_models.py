@@ -1,5 +1,6 @@
 """Lowering rules for ops real models needed beyond the first set: ``elu`` as an elementwise
-chain, ``upsample_bilinear2d`` as two matrix products with constant interpolation weights.
+chain, ``upsample_bilinear2d`` (and ``adaptive_avg_pool2d`` with windows of unequal sizes) as
+two matrix products with constant weights.
 
 Bilinear resizing is separable: ``y[n, c] = A_h @ x[n, c] @ A_w^T`` with the [out, in] matrices
 of PyTorch's 1-D linear interpolation (:func:`npuc.ir.ops.resample.linear_weights`, align_corners
@@ -10,6 +11,8 @@ rows of every channel (``x @ A_w^T``), the second with ``A_h`` broadcast over th
 from __future__ import annotations
 
 import math
+
+import torch
 
 from npuc.codegen.kernel import EpilogueOp
 from npuc.ir.graph import Node
@@ -41,14 +44,33 @@ def lower_elu(ctx: LowerContext, node: Node):
 @rule("upsample_bilinear2d")
 def lower_bilinear(ctx: LowerContext, node: Node):
     a = node.attrs
+    h, w = node.inputs[0].type.shape[2:]
+    oh, ow = a.output_size
+    ah = linear_weights(h, oh, a.align_corners, a.scales[0])
+    aw = linear_weights(w, ow, a.align_corners, a.scales[1])
+    return separable(ctx, node, ah, aw, "bilinear")
+
+
+def adaptive_weights(n_in: int, n_out: int) -> torch.Tensor:
+    """The [n_out, n_in] matrix of adaptive average pooling: output i averages the inputs
+    [floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out))."""
+    m = torch.zeros(n_out, n_in, dtype=torch.float64)
+    for i in range(n_out):
+        lo, hi = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def separable(ctx: LowerContext, node: Node, ah: torch.Tensor, aw: torch.Tensor, what: str):
+    """``y[n, c] = ah @ x[n, c] @ aw^T`` (``ah`` [oh, h], ``aw`` [ow, w], constants) as two gemm
+    kernels: a linear map of the rows and one of the columns of every channel (bilinear
+    resizing, adaptive average pooling with windows of unequal sizes)."""
     x, y = node.inputs[0], node.outputs[0]
     n, c, h, w = x.type.shape
-    oh, ow = a.output_size
-    ah = linear_weights(h, oh, a.align_corners, a.scales[0]).float()  # [oh, h]
-    awt = linear_weights(w, ow, a.align_corners, a.scales[1]).float().T.contiguous()  # [w, ow]
-    tag = f"{y.name}.bilinear"
-    awt_t = broadcast_to(ctx.const_tensor(tag, awt, ".w"), (n, c, w, ow))
-    ah_t = broadcast_to(ctx.const_tensor(tag, ah, ".h"), (n, c, oh, h))
+    oh, ow = ah.shape[0], aw.shape[0]
+    tag = f"{y.name}.{what}"
+    awt_t = broadcast_to(ctx.const_tensor(tag, aw.float().T.contiguous(), ".w"), (n, c, w, ow))
+    ah_t = broadcast_to(ctx.const_tensor(tag, ah.float().contiguous(), ".h"), (n, c, oh, h))
     rows = ctx.temp(f"{y.name}.rows", (n, c, h, ow))
     k1 = ctx.kernel(node, "gemm", (ctx.tensor(x), awt_t), rows, suffix=".w")
     k2 = ctx.kernel(node, "gemm", (ah_t, rows), ctx.out(y), suffix=".h")

@@ -97,3 +97,12 @@ def test_gather_of_a_parameter_by_constant_indices_is_folded():
     g = npuc.import_model(m, (x,))
     assert {n.op for n in g.nodes} <= {"const", "add"}, str(g)
     torch.testing.assert_close(npuc.interpret(g, x)[0], m(x).detach())
+
+
+@pytest.mark.parametrize("size,out", [((2, 2), (6, 6)), ((5, 7), (3, 2)), ((7, 7), (3, 3))])
+def test_adaptive_avg_pool_with_unequal_windows_on_the_npu(size, out):
+    m = nn.AdaptiveAvgPool2d(out).eval()
+    x = _randn(1, 3, *size)
+    art = npuc.compile(m, (x,))
+    assert not art.report.cpu_ops, art.report.explain()
+    assert all(c.ok for c in check_outputs(art.run(x), m, (x,)))
