@@ -80,3 +80,15 @@ def test_exception_in_a_users_build_is_a_sentence(tmp_path):
         assert out.exit_code == 1, out.output
         assert "Traceback" not in out.output and out.exception is None or isinstance(out.exception, SystemExit)
         assert "build() of model file" in out.output and "RuntimeError" in out.output and "m.py:4" in out.output
+
+
+def test_int8_mean_over_every_dim_is_a_scalar():
+    # found by the random graphs: qmean's reference gave [1] for a 0-d result
+    class Mean(nn.Module):
+        def forward(self, x):
+            return torch.mean(x, dim=[0, 1], keepdim=False)
+
+    x = torch.round(torch.randn(2, 11, generator=torch.Generator().manual_seed(44)) * 8) / 8
+    art = npuc.compile(Mean().eval(), (x,), quantize="int8", calibration=[(x,)])
+    (y,) = art.run(x)
+    assert y.shape == () and abs(float(y) - float(x.mean())) < 0.02
