@@ -81,13 +81,12 @@ def _batch_norm_no_stats(ctx: ConvertContext, a: dict) -> tuple:
     return (out, Dropped("saved mean of batch_norm"), Dropped("saved inverse std of batch_norm"))
 
 
-@rule("upsample_bilinear2d", "aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
+@rule("upsample_bilinear2d", "aten.upsample_bilinear2d.vec")
 def _upsample_bilinear(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["input"])
     if x.type.rank != 4:
         raise Unsupported(f"bilinear upsampling of a rank-{x.type.rank} tensor (upsample_bilinear2d takes NCHW)")
-    scales = a.get("scale_factors") if "scale_factors" in a else (a.get("scales_h"), a.get("scales_w"))
-    scales = tuple(0.0 if s is None else float(s) for s in (scales or (None, None)))
+    scales = tuple(0.0 if s is None else float(s) for s in (a["scale_factors"] or (None, None)))
     return ctx.add("upsample_bilinear2d", (x,), output_size=tuple(ctx.out_shape()[-2:]),
                    align_corners=bool(a["align_corners"]), scales=scales)
 
