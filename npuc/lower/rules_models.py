@@ -1,5 +1,5 @@
 """Lowering rules for ops real models needed beyond the first set: ``elu`` as an elementwise
-chain, ``upsample_bilinear2d`` (and ``adaptive_avg_pool2d`` with windows of unequal sizes) as
+chain, ``group_norm`` as a layernorm kernel over each group, ``upsample_bilinear2d`` (and ``adaptive_avg_pool2d`` with windows of unequal sizes) as
 two matrix products with constant weights.
 
 Bilinear resizing is separable: ``y[n, c] = A_h @ x[n, c] @ A_w^T`` with the [out, in] matrices
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from npuc.codegen.kernel import EpilogueOp
+from npuc.codegen.kernel import EpilogueOp, LayerNormAttrs
 from npuc.ir.graph import Node
 from npuc.ir.ops.resample import linear_weights
 from npuc.lower.context import LowerContext
@@ -75,3 +75,33 @@ def separable(ctx: LowerContext, node: Node, ah: torch.Tensor, aw: torch.Tensor,
     k1 = ctx.kernel(node, "gemm", (ctx.tensor(x), awt_t), rows, suffix=".w")
     k2 = ctx.kernel(node, "gemm", (ah_t, rows), ctx.out(y), suffix=".h")
     return single(k1, k2)
+
+
+@rule("group_norm")
+def lower_group_norm(ctx: LowerContext, node: Node):
+    """group_norm as a ``layernorm`` kernel over each group's elements (the input seen as
+    [N, groups, C/groups * spatial], row-major; a copy first when its layout is not), then the
+    per-channel affine as an ``eltwise`` kernel."""
+    x, w, b = node.inputs
+    y = node.outputs[0]
+    n, c = x.type.shape[:2]
+    g = node.attrs.groups
+    rest = x.type.numel // (n * g)
+    t = ctx.tensor(x)
+    grouped = t.reshape((n, g, rest))
+    pre = []
+    if grouped is None:
+        dense = ctx.temp(f"{y.name}.rm", t.shape)
+        pre.append(ctx.kernel(node, "copy", (t,), dense, suffix=".rm"))
+        grouped = dense.reshape((n, g, rest))
+    tag = f"{y.name}.group_norm"
+    ones = ctx.const_tensor(tag, torch.ones(rest), ".ones")
+    zeros = ctx.const_tensor(tag, torch.zeros(rest), ".zeros")
+    normed = ctx.temp(f"{y.name}.normed", (n, g, rest))
+    k1 = ctx.kernel(node, "layernorm", (grouped, ones, zeros), normed, LayerNormAttrs(1, node.attrs.eps), suffix=".norm")
+    chan = (c,) + (1,) * (x.type.rank - 2)
+    wt = broadcast_to(ctx.tensor(w).reshape(chan), x.type.shape)
+    bt = broadcast_to(ctx.tensor(b).reshape(chan), x.type.shape)
+    k2 = ctx.kernel(node, "eltwise", (normed.reshape(x.type.shape),), ctx.out(y),
+                    epilogue=(EpilogueOp("mul", operand=wt), EpilogueOp("add", operand=bt)))
+    return single(*pre, k1, k2)

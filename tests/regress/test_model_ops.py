@@ -66,7 +66,8 @@ def test_op_imports_interprets_exactly_and_compiles(name):
     assert all(c.ok for c in check_outputs(outs, model, inputs))
 
 
-@pytest.mark.parametrize("name", ["elu", "selu", "bilinear", "bilinear_scale_1.5", "bilinear_align_corners"])
+@pytest.mark.parametrize("name", ["elu", "selu", "bilinear", "bilinear_scale_1.5", "bilinear_align_corners",
+                                  "group_norm", "instance_norm"])
 def test_on_the_npu(name):
     model, inputs, _ = CASES[name]
     art = npuc.compile(model.eval(), inputs)
