@@ -105,3 +105,32 @@ def lower_group_norm(ctx: LowerContext, node: Node):
     k2 = ctx.kernel(node, "eltwise", (normed.reshape(x.type.shape),), ctx.out(y),
                     epilogue=(EpilogueOp("mul", operand=wt), EpilogueOp("add", operand=bt)))
     return single(*pre, k1, k2)
+
+
+MAX_FLIP_COPIES = 64  # a flip is one copy per slice of the flipped dims
+
+
+@rule("flip")
+def lower_flip(ctx: LowerContext, node: Node):
+    """flip of dims other than the innermost: one ``copy`` kernel per slice of the flipped dims
+    into the mirrored slice of the output (DMA strides are not negative, so the innermost dim,
+    whose elements a copy moves in order, cannot be reversed this way)."""
+    x, y = node.inputs[0], node.outputs[0]
+    dims = node.attrs.dims
+    shape = x.type.shape
+    if x.type.rank - 1 in dims and shape[-1] > 1:
+        return "flip of the innermost dim: the NPU's copies move a row's elements in order"
+    count = 1
+    for d in dims:
+        count *= shape[d]
+    if count > MAX_FLIP_COPIES:
+        return f"flip of {count} slices: more than {MAX_FLIP_COPIES} copy kernels"
+    src_all, dst_all = ctx.tensor(x), ctx.out(y)
+    kernels = []
+    for k in range(count):
+        src, dst, rest = src_all, dst_all, k
+        for d in reversed(dims):
+            i, rest = rest % shape[d], rest // shape[d]
+            src, dst = src.slice(d, i, i + 1), dst.slice(d, shape[d] - 1 - i, shape[d] - i)
+        kernels.append(ctx.kernel(node, "copy", (src,), dst, suffix=f".{k}"))
+    return single(*kernels)

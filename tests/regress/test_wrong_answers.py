@@ -32,11 +32,15 @@ class Recurrent(nn.Module):
         return self.rnn(x)[0]
 
 
-@pytest.mark.parametrize("cell,layers", [(nn.LSTM, 1), (nn.LSTM, 2), (nn.GRU, 2)])
-def test_recurrent_layers_match_pytorch(cell, layers):
+@pytest.mark.parametrize("cell,layers,bidirectional", [(nn.LSTM, 1, False), (nn.LSTM, 2, False), (nn.GRU, 2, False),
+                                                       (nn.GRU, 1, True)])
+def test_recurrent_layers_match_pytorch(cell, layers, bidirectional):
     # The fused cell update of the last time step read a gate computed after it.
     torch.manual_seed(0)
-    assert _npu_error(Recurrent(cell, layers), torch.randn(1, 5, 8)) < 5e-3
+    m = Recurrent(cell, layers)
+    if bidirectional:
+        m.rnn = cell(8, 16, num_layers=layers, batch_first=True, bidirectional=True)
+    assert _npu_error(m, torch.randn(1, 5, 8)) < 5e-3
 
 
 class MatmulThen(nn.Module):
