@@ -134,3 +134,23 @@ def lower_flip(ctx: LowerContext, node: Node):
             src, dst = src.slice(d, i, i + 1), dst.slice(d, shape[d] - 1 - i, shape[d] - i)
         kernels.append(ctx.kernel(node, "copy", (src,), dst, suffix=f".{k}"))
     return single(*kernels)
+
+
+@rule("cumsum")
+def lower_cumsum(ctx: LowerContext, node: Node):
+    """A float cumsum along ``dim`` is a matrix product with the constant upper-triangular
+    matrix of ones: ``y = x @ U`` with ``x`` seen with ``dim`` last (a ``gemm`` kernel)."""
+    x, y = node.inputs[0], node.outputs[0]
+    if not x.type.dtype.is_float:
+        return f"cumsum of {x.type.dtype.value}: the NPU sums only the fp16 values of a float model"
+    d, rank = node.attrs.dim, x.type.rank
+    n = x.type.shape[d]
+    perm = tuple(i for i in range(rank) if i != d) + (d,)
+    xt, yt = ctx.tensor(x).permute(perm), ctx.out(y).permute(perm)
+    if rank == 1:
+        xt, yt = xt.reshape((1, n)), yt.reshape((1, n))
+        if xt is None or yt is None:
+            return "cumsum of a 1-D view the NPU cannot see as a row"
+    upper = ctx.const_tensor(f"{y.name}.cumsum", torch.triu(torch.ones(n, n)), ".upper")
+    bt = broadcast_to(upper, xt.shape[:-2] + (n, n))
+    return single(ctx.kernel(node, "gemm", (xt, bt), yt))
