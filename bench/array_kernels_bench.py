@@ -17,10 +17,10 @@ import time
 import numpy as np
 
 from npuc.codegen.harness import run_kernel
-from npuc.codegen.kernel import EpilogueOp, Kernel
+from npuc.kir.kernel import EpilogueOp, Kernel
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER, conv_problem
 from npuc.codegen.kernels.array_gemm import gemm_problem
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.ir.ops.linalg import Conv2dAttrs, conv_output_size
 from npuc.isa.enums import DType
 from npuc.schedule.cost import lower_bound

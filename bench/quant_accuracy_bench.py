@@ -19,7 +19,7 @@ from npuc.frontend.quantized import import_quantized_program
 from npuc.interp import interpret
 from npuc.ir.verify import verify
 from npuc.pipeline import GRAPH_PASSES
-from npuc.quant.quantizer import quantize
+from npuc.frontend.pt2e import quantize
 from npuc.zoo import ZOO, zoo_names
 
 

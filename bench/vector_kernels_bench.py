@@ -17,17 +17,9 @@ import time
 import numpy as np
 
 from npuc.codegen.harness import run_kernel
-from npuc.codegen.kernel import (
-    EpilogueOp,
-    FillAttrs,
-    Kernel,
-    LayerNormAttrs,
-    PoolAttrs,
-    ReduceAttrs,
-    SoftmaxAttrs,
-    get_kernel,
-)
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import EpilogueOp, FillAttrs, Kernel, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.isa.enums import DType
 from npuc.targets import load_target

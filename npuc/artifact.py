@@ -62,7 +62,7 @@ class CompileReport:
 
 
 def _report(packaged, records) -> CompileReport:
-    from npuc.lower.program import NpuSegment
+    from npuc.kir.program import NpuSegment
 
     plan = packaged.compiled.plan
     m = plan.model

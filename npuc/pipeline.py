@@ -243,9 +243,11 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     from npuc.codegen.driver import code_text, compile_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
+    from npuc.kir.program import NpuSegment
+    from npuc.kir.text import print_lowered
+    from npuc.kir.verify import verify_lowered
     from npuc.lower.fusion import fuse
     from npuc.lower.partition import partition
-    from npuc.lower.program import NpuSegment, lowered_text, partition_text, verify_lowered
     from npuc.runtime.npub_validate import validate_npub
 
     def announce(name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -269,8 +271,8 @@ def backend_stages(target: Any, precision: Any, model_name: str,
             raise VerifyError(str(e)) from None
 
     return [
-        Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, partition_text),
-        Stage("fuse", announce("fuse", fuse), verify_lowered, lowered_text),
+        Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
+        Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
         Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
         Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),
         Stage("package", announce("package", package), lambda p: validate_npub(p.npub), _package_text),

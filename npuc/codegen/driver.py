@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
-from npuc.codegen.kernel import Plan, get_kernel
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.plan import Plan
 from npuc.errors import CompileError
 from npuc.isa.instr import Program
-from npuc.lower.program import LKernel, NpuSegment
+from npuc.kir.program import LKernel, NpuSegment
 from npuc.runtime.npub_model import DebugEntry
 
 

@@ -56,44 +56,27 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from npuc.codegen.kernel import EpilogueOp, SramArena
-from npuc.codegen.tensor import DramTensor
+from npuc.codegen.kernel import SramArena
 from npuc.errors import CompileError
-from npuc.isa.enums import DType
+from npuc.isa.enums import DType, UnOp
+from npuc.isa.instr import field_max
+from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, EpilogueOp
+from npuc.kir.tensor import DramTensor
 
-# Field limits of the instruction set (docs/isa.md).
-MAX_COUNT = 0xFFFF  # n0 / n1 / n2 and VPOOL sizes: 16-bit counts
-MAX_VEC_S0 = 0xFFFF  # vector operands: 16-bit inner stride
-MAX_S1 = (1 << 24) - 1  # vector outer strides, local DMA strides
-MAX_DRAM_S0 = (1 << 20) - 1  # DMA dram_s0
-MAX_DRAM_S = (1 << 32) - 1  # DMA dram_s1 / dram_s2
+# Field limits of the instruction set, read from its definitions (docs/isa.md).
+MAX_COUNT = field_max("VFILL", "n0")  # n0 / n1 / n2 and VPOOL sizes: every count field
+MAX_VEC_S0 = field_max("VBIN", "dst_s0")  # vector operands: inner stride
+MAX_S1 = field_max("VBIN", "dst_s1")  # vector outer strides, local DMA strides
+MAX_DRAM_S0 = field_max("DMA_LOAD", "dram_s0")  # DMA dram_s0
+MAX_DRAM_S = field_max("DMA_LOAD", "dram_s1")  # DMA dram_s1 / dram_s2
 ALIGN = 64  # alignment of every buffer this module allocates
 
-UNARY_OPS = frozenset(
-    {"relu", "clamp", "sigmoid", "tanh", "silu", "gelu", "hardswish", "hardsigmoid", "exp", "neg", "abs",
-     "sqrt", "rsqrt", "reciprocal"}
-)
-BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
-
-# VUN op of each graph unary op on a float tile (gelu is chosen by its approximation).
-_FLOAT_UNARY = {
-    "relu": "relu",
-    "sigmoid": "sigmoid",
-    "tanh": "tanh",
-    "silu": "silu",
-    "hardswish": "hardswish",
-    "hardsigmoid": "hardsigmoid",
-    "exp": "exp",
-    "neg": "neg",
-    "abs": "abs",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "reciprocal": "reciprocal",
-}
 _VBIN = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
-# Lane-operations per element of each VUN op (docs/isa.md), for cost estimates.
-_LANE_OPS = {"exp": 4, "sigmoid": 6, "tanh": 6, "gelu": 8, "gelu_tanh": 8, "silu": 7, "hardswish": 3,
-             "hardsigmoid": 2, "rsqrt": 4, "reciprocal": 4, "sqrt": 4}
+
+
+def _lane_ops(vun_op: str) -> int:
+    """Vector lane-operations per element of VUN op ``vun_op`` (its ISA definition); 1 for VBIN."""
+    return UnOp[vun_op].lane_ops if vun_op in UnOp.__members__ else 1
 
 
 def f32(x: float) -> float:
@@ -522,9 +505,9 @@ def load_epilogue_operands(em: Any, epilogue: Sequence[EpilogueOp], bufs: Epilog
 def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any) -> str | None:
     """Why the vector unit cannot apply ``epilogue`` to ``dtype`` tiles on ``target``, or None."""
     for e in epilogue:
-        if e.op not in UNARY_OPS and e.op not in BINARY_OPS:
+        if e.op not in UNARY_EPILOGUE_OPS and e.op not in BINARY_EPILOGUE_OPS:
             return f"epilogue op '{e.op}' is not an elementwise op the vector unit implements"
-        if e.op in BINARY_OPS and (e.operand is None) == (e.scalar is None):
+        if e.op in BINARY_EPILOGUE_OPS and (e.operand is None) == (e.scalar is None):
             return f"epilogue step {e} needs exactly one of a DRAM operand and a scalar"
         if e.op == "gelu" and e.param("approximate", "none") not in ("none", "tanh"):
             return f"gelu approximation '{e.param('approximate')}' is unknown"
@@ -545,9 +528,11 @@ def epilogue_lane_ops(epilogue: Sequence[EpilogueOp]) -> int:
         op = e.op
         if op == "gelu":
             op = "gelu_tanh" if e.param("approximate", "none") == "tanh" else "gelu"
-        total += _LANE_OPS.get(op, 1)
-        if op in ("div",) or (op == "sub" and e.operand_first and e.scalar is not None):
-            total += 4 if op == "div" else 1
+        total += _lane_ops(op)
+        if op == "div":
+            total += _lane_ops("reciprocal")
+        elif op == "sub" and e.operand_first and e.scalar is not None:
+            total += _lane_ops("neg")
     return total
 
 
@@ -584,7 +569,7 @@ def _unary_steps(e: EpilogueOp, dtype: DType) -> list[tuple[str, float, float]]:
         return [("clamp", -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))]
     if e.op == "gelu":
         return [("gelu_tanh" if e.param("approximate", "none") == "tanh" else "gelu", 0.0, 0.0)]
-    return [(_FLOAT_UNARY[e.op], 0.0, 0.0)]
+    return [(UnOp[e.op].name, 0.0, 0.0)]
 
 
 def _scalar_steps(e: EpilogueOp) -> list[tuple[str, float, float]]:
@@ -610,7 +595,7 @@ def _scalar_steps(e: EpilogueOp) -> list[tuple[str, float, float]]:
 
 def _operand_step(em: Any, e: EpilogueOp, tile: Tile, opnd: Tile) -> None:
     """A binary epilogue op with a DRAM operand already loaded as ``opnd``."""
-    if e.op in ("add", "mul", "maximum", "minimum"):
+    if e.op in COMMUTATIVE_EPILOGUE_OPS:
         emit_vbin(em, tile, _VBIN[e.op], tile, opnd)
     elif e.op == "sub":
         emit_vbin(em, tile, "sub", opnd, tile) if e.operand_first else emit_vbin(em, tile, "sub", tile, opnd)
@@ -628,7 +613,7 @@ def apply_epilogue(em: Any, epilogue: Sequence[EpilogueOp], tile: Tile, operands
     """Emit the epilogue chain on ``tile`` in place (``operands``: from
     :func:`load_epilogue_operands`, in the order of ``epilogue``)."""
     for e, opnd in zip(epilogue, operands):
-        if e.op in UNARY_OPS:
+        if e.op in UNARY_EPILOGUE_OPS:
             steps = _unary_steps(e, tile.dtype)
         elif e.operand is not None:
             if opnd is None:

@@ -14,8 +14,10 @@ import numpy as np
 import torch
 
 from npuc.codegen.emitter import Emitter
-from npuc.codegen.kernel import EpilogueOp, Kernel, Plan, get_kernel
-from npuc.codegen.tensor import DramTensor
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import EpilogueOp, Kernel
+from npuc.kir.plan import Plan
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.ir.opdef import get_op
 from npuc.isa.instr import Program

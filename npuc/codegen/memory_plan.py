@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from npuc.codegen.kernel import Kernel
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.kernel import Kernel
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
-from npuc.lower.program import ACTIVATION, CONSTANT, INPUT, OUTPUT, Buffer, ConstData, LoweredModel, NpuSegment
+from npuc.kir.program import ACTIVATION, CONSTANT, INPUT, OUTPUT, Buffer, ConstData, LoweredModel, NpuSegment
 
 ALIGN = 64
 

@@ -17,10 +17,10 @@ import json
 from npuc.codegen.driver import SegmentCode
 from npuc.codegen.memory_plan import MemoryPlanResult
 from npuc.ir.text import print_graph
+from npuc.ir.types import DType as IRType
 from npuc.ir.types import TensorType
-from npuc.lower.precision import storage_dtype
-from npuc.lower.partition import ir_type_of
-from npuc.lower.program import CpuSegment, LoweredModel, NpuSegment
+from npuc.kir.program import CpuSegment, LoweredModel, NpuSegment
+from npuc.kir.storage import storage_dtype
 from npuc.runtime.npub import (
     BindingRole,
     CpuBinding,
@@ -113,7 +113,7 @@ def _cpu_subgraph(s: CpuSegment, homes, plan: MemoryPlanResult, addr) -> CpuSubg
     bindings = [CpuBinding(v, BindingRole.INPUT, addr(v), homes[v].type) for v in s.inputs]
     bindings += [CpuBinding(v, BindingRole.OUTPUT, addr(v), homes[v].type) for v in s.outputs]
     for cname, data in s.graph.constants.items():
-        t = TensorType(tuple(data.shape), storage_dtype(ir_type_of(data)))
+        t = TensorType(tuple(data.shape), storage_dtype(IRType.from_torch(data.dtype)))
         bindings.append(CpuBinding(cname, BindingRole.CONSTANT, plan.offset(f"#{cname}"), t))
     return CpuSubgraph(s.name, print_graph(s.graph), tuple(bindings))
 

@@ -348,7 +348,7 @@ def import_quantized(
 ) -> Graph:
     """Quantize ``model`` for the NPU (calibrating on ``calibration``) and import it as a graph of
     quantized ops (unoptimized: the graph passes run next)."""
-    from npuc.quant.quantizer import quantize
+    from npuc.frontend.pt2e import quantize
 
     q = quantize(model, example_inputs, calibration, target, options)
     float_ops = options.float_ops if options is not None else DEFAULT_FLOAT_OPS

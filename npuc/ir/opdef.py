@@ -2,9 +2,11 @@
 
 An :class:`OpDef` holds, side by side, everything npuc knows about an op: its attribute dataclass
 (frozen, typed fields with defaults), the number of operands it takes, its shape/type rule, its
-attribute-domain verifier and its reference semantics (run by the interpreter, and the meaning
-every later stage is checked against).  The printer, parser, verifier, interpreter, frontend and
-``npuc ops`` all read this one table.
+attribute-domain verifier, its reference semantics (run by the interpreter, and the meaning
+every later stage is checked against) and its :class:`Trait` s (unary or binary elementwise,
+commutative, fusable as an epilogue step, image-preserving, a view, ...).  The printer, parser,
+verifier, interpreter, frontend, lowering, code generation and ``npuc ops`` all read this one
+table; the op sets later stages need are derived from it with :func:`ops_with`.
 
 Op definitions live in :mod:`npuc.ir.ops` (one module per family) and call :func:`register`.
 """
@@ -12,6 +14,7 @@ Op definitions live in :mod:`npuc.ir.ops` (one module per family) and call :func
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
@@ -35,6 +38,20 @@ class ConstAttrs:
 
     name: str
     type: TensorType
+
+
+class Trait(enum.Enum):
+    """A fact about a graph op that later stages ask about (``OpDef.traits``)."""
+
+    UNARY = "unary"  # elementwise on one tensor operand
+    BINARY = "binary"  # elementwise on two broadcasting tensor operands
+    COMMUTATIVE = "commutative"  # a binary op whose operands may be swapped
+    EPILOGUE = "epilogue"  # in float, a vector step fused after the kernel producing its operand
+    IMAGE_CONSUMER = "image_consumer"  # reads its 4-D operand as an image (a window over H and W)
+    IMAGE_PRODUCER = "image_producer"  # its 4-D result is an image
+    IMAGE_PRESERVING = "image_preserving"  # its 4-D result is an image when a 4-D operand is
+    VIEW = "view"  # a new view of its operand's bytes (costs nothing beside its producer)
+    TRANSCENDENTAL = "transcendental"  # evaluates a transcendental function per element
 
 
 InferFn = Callable[[Sequence[TensorType], Any], Sequence[TensorType]]
@@ -72,6 +89,10 @@ class OpDef:
     category: str = "misc"
     operands: tuple[str, ...] = ()
     typed_reference: TypedReferenceFn | None = None
+    traits: frozenset[Trait] = frozenset()
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.traits
 
     def evaluate(
         self, ins: Sequence[torch.Tensor], in_types: Sequence[TensorType], attrs: Any
@@ -182,6 +203,11 @@ def all_ops() -> list[OpDef]:
     """Every registered op, sorted by name."""
     _load_ops()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def ops_with(*traits: Trait) -> frozenset[str]:
+    """Names of the ops that have every one of ``traits``."""
+    return frozenset(op.name for op in all_ops() if set(traits) <= op.traits)
 
 
 def _load_ops() -> None:

@@ -91,7 +91,7 @@ def print_graph(g: Graph) -> str:
 
 _TOKEN = re.compile(
     r"""
-    (?P<ws>\s+)
+    (?P<space>\s+)
   | (?P<type>tensor<[^>]*>)
   | (?P<value>%[A-Za-z0-9_.]+)
   | (?P<symbol>@"(?:[^"\\]|\\.)*")
@@ -116,7 +116,7 @@ class _Tokens:
                 raise ParseError(f"line {line}: unexpected character {text[pos]!r}")
             kind = m.lastgroup
             s = m.group()
-            if kind != "ws":
+            if kind != "space":
                 self.toks.append((kind, s, line))
             line += s.count("\n")
             pos = m.end()

@@ -10,6 +10,20 @@ import enum
 import numpy as np
 
 
+class Dataflow(enum.StrEnum):
+    """How the array holds its operands: ``weight_stationary`` (LOAD_WEIGHTS, then MATMUL streams
+    the inputs past the resident weights) or ``output_stationary`` (MATMUL_OS accumulates each
+    output in place).  The value is the one spelling, in target files and everywhere else."""
+
+    weight_stationary = "weight_stationary"
+    output_stationary = "output_stationary"
+
+    @property
+    def short(self) -> str:
+        """The initials (``ws``, ``os``) that one-line plan summaries print."""
+        return "".join(word[0] for word in self.value.split("_"))
+
+
 class DType(enum.IntEnum):
     """Element types the NPU stores and computes on."""
 

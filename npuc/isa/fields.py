@@ -79,12 +79,21 @@ class Field:
             return None if value in (0, 1) else f"must be 0 or 1, got {value}"
         if k == "log2":
             return None if value in (1, 2, 4) else f"must be 1, 2 or 4, got {value}"
-        lo, hi = (0, (1 << self.bits) - 1) if k == "uint" else (-(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1)
-        if self.lo is not None:
-            lo = max(lo, self.lo)
+        lo, hi = self.min_value, self.max_value
         if not lo <= value <= hi:
             return f"must be in [{lo}, {hi}], got {value}"
         return None
+
+    @property
+    def min_value(self) -> int:
+        """The smallest legal value of a ``uint``/``sint`` field."""
+        lo = 0 if self.kind == "uint" else -(1 << (self.bits - 1))
+        return lo if self.lo is None else max(lo, self.lo)
+
+    @property
+    def max_value(self) -> int:
+        """The largest legal value of a ``uint``/``sint`` field."""
+        return (1 << self.bits) - 1 if self.kind == "uint" else (1 << (self.bits - 1)) - 1
 
     # ------------------------------------------------------------------ bits
     def to_bits(self, value: Any) -> int:

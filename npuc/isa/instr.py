@@ -79,6 +79,12 @@ class InstrDef:
     def field_bits(self) -> int:
         return sum(f.bits for f in self.fields)
 
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no field '{name}'")
+
 
 @dataclass(frozen=True)
 class Deps:
@@ -135,6 +141,15 @@ def register(d: InstrDef) -> InstrDef:
 def get_def(name: str) -> InstrDef | None:
     _ensure_loaded()
     return _BY_NAME.get(name)
+
+
+def field_max(instr: str, field: str) -> int:
+    """The largest value field ``field`` of instruction ``instr`` holds (an ISA limit that code
+    generation splits its work to)."""
+    d = get_def(instr)
+    if d is None:
+        raise KeyError(f"no instruction '{instr}'")
+    return d.field(field).max_value
 
 
 def def_by_opcode(opcode: int) -> InstrDef | None:

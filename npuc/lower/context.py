@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from npuc.codegen.kernel import EpilogueOp, Kernel
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.kernel import EpilogueOp, Kernel
+from npuc.kir.tensor import DramTensor
 from npuc.ir.graph import Graph, Node, Value
+from npuc.kir.storage import IR_OF_ISA
 from npuc.lower.layout import order_of
-from npuc.lower.program import ACTIVATION, CONSTANT, Buffer, ConstData
+from npuc.kir.program import ACTIVATION, CONSTANT, Buffer, ConstData
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,6 @@ class LowerContext:
     def const_tensor(self, const: str, data: torch.Tensor, tag: str = "", dtype=None) -> DramTensor:
         """A constant as a kernel sees it (``data``, e.g. a transposed weight), row-major, in the
         NPU's dtype or in ``dtype`` (an ISA DType: int32 biases and REQUANT records of int8)."""
-        from npuc.lower.precision import IR_OF_ISA
-
         dt = self.dtype if dtype is None else dtype
         name = f"@{const}{tag}"
         if name not in self.buffers:

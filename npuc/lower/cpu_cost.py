@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from npuc.frontend.summary import node_macs
 from npuc.ir.graph import Node
+from npuc.ir.opdef import Trait, ops_with
 
 HOST_GFLOPS = 10.0
 HOST_GBPS = 5.0
 HANDOFF_S = 10e-6
 
-_TRANSCENDENTAL = frozenset({"exp", "log", "erf", "sin", "cos", "tanh", "sigmoid", "silu", "gelu", "softmax",
-                             "log_softmax", "pow", "sqrt", "rsqrt", "layer_norm"})
+_TRANSCENDENTAL = ops_with(Trait.TRANSCENDENTAL)
 
 
 def node_flops(n: Node) -> int:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npuc.codegen.kernel import EpilogueOp, Kernel, get_kernel
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, KERNEL_KINDS, EpilogueOp, Kernel
 from npuc.errors import NpucError
 from npuc.lower.layout import dense_order
-from npuc.lower.program import CONSTANT, LKernel, LoweredModel, NpuSegment
-from npuc.lower.rules import COMMUTATIVE
+from npuc.kir.program import CONSTANT, LKernel, LoweredModel, NpuSegment
 
-PRODUCERS = frozenset({"conv2d", "gemm", "depthwise_conv2d", "eltwise"})
+# The kernel kinds that take elementwise work into their epilogue.
+PRODUCERS = frozenset(k for k, d in KERNEL_KINDS.items() if d.takes_epilogue)
 
 
 def fuse(m: LoweredModel) -> LoweredModel:
@@ -125,9 +126,9 @@ def _consumer_steps(c: Kernel, produced) -> tuple[EpilogueOp, ...] | None:
     if not steps or len(refs) != 1 or steps[0] is not refs[0] or not _same(steps[0].operand, produced):
         return None
     first = steps[0]
-    if first.op not in COMMUTATIVE and first.op not in ("sub", "div"):
+    if first.op not in BINARY_EPILOGUE_OPS:
         return None
-    swapped = replace(first, operand=c.inputs[0], operand_first=not first.operand_first if first.op not in COMMUTATIVE else False)
+    swapped = replace(first, operand=c.inputs[0], operand_first=not first.operand_first if first.op not in COMMUTATIVE_EPILOGUE_OPS else False)
     return (swapped, *steps[1:])
 
 

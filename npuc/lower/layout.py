@@ -13,21 +13,16 @@ written as no layout at all), ``NHWC``, or ``order=2,0,1`` for any other permuta
 
 from __future__ import annotations
 
-from npuc.codegen.tensor import NHWC, DramTensor, row_major_strides
-from npuc.errors import CompileError, NpucError
+from npuc.kir.tensor import NHWC, DramTensor, row_major_strides
+from npuc.errors import CompileError
 from npuc.ir.graph import Graph, Value
+from npuc.ir.opdef import Trait, ops_with
 from npuc.ir.types import DType as IRType
 
-IMAGE_CONSUMERS = frozenset({"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d",
-                             "qconv2d", "qavg_pool2d"})
-IMAGE_PRODUCERS = IMAGE_CONSUMERS | {"batch_norm"}
+IMAGE_CONSUMERS = ops_with(Trait.IMAGE_CONSUMER)
+IMAGE_PRODUCERS = ops_with(Trait.IMAGE_PRODUCER)
 # Ops whose 4-D result is an image when one of their 4-D inputs is.
-IMAGE_PRESERVING = frozenset({
-    "relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "gelu", "clamp", "exp", "neg", "abs",
-    "sqrt", "rsqrt", "reciprocal", "pow", "cast", "add", "sub", "mul", "div", "maximum", "minimum",
-    "pad", "concat", "log", "erf", "sin", "cos", "where",
-    "qadd", "qmul", "qlut", "qclamp", "quantize", "dequantize",
-})
+IMAGE_PRESERVING = ops_with(Trait.IMAGE_PRESERVING)
 
 
 def _storable(v: Value) -> bool:
@@ -100,28 +95,3 @@ def dense_order(t: DramTensor) -> tuple[int, ...] | None:
 def _stored_in(t: DramTensor, order: tuple[int, ...]) -> bool:
     want = row_major_strides(t.shape, t.dtype.size, order)
     return all(t.strides[d] == want[d] for d in range(t.rank) if t.shape[d] != 1)
-
-
-def layout_name(order: tuple[int, ...]) -> str | None:
-    """The IO/binding layout string of a dense order (None for row-major)."""
-    if order == tuple(range(len(order))):
-        return None
-    if order == NHWC:
-        return "NHWC"
-    return "order=" + ",".join(str(d) for d in order)
-
-
-def parse_layout(layout: str | None, rank: int) -> tuple[int, ...]:
-    """The order a layout string names (the inverse of :func:`layout_name`)."""
-    if layout is None or layout == "NCHW":
-        return tuple(range(rank))
-    if layout == "NHWC" and rank == 4:
-        return NHWC
-    if layout.startswith("order="):
-        try:
-            order = tuple(int(x) for x in layout[6:].split(","))
-        except ValueError:
-            order = ()
-        if sorted(order) == list(range(rank)):
-            return order
-    raise NpucError(f"unknown layout '{layout}' for a rank-{rank} tensor")

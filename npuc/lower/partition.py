@@ -19,17 +19,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npuc.codegen.kernel import Kernel, constant_layout, get_kernel
-from npuc.codegen.tensor import DramTensor
+from npuc.codegen.kernel import constant_layout, get_kernel
 from npuc.errors import CompileError, NpucError
+from npuc.frontend.summary import node_macs
 from npuc.ir.graph import Graph, Node, Value
-from npuc.lower.context import LowerContext, Lowered
-from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
-from npuc.lower.layout import dense_order, image_values, layout_name, order_of
 from npuc.ir.types import DType as IRType
 from npuc.isa.enums import DType
-from npuc.lower.precision import Precision, int8_value_reason, storage_dtype
-from npuc.lower.program import (
+from npuc.kir.kernel import KERNEL_KINDS, Kernel
+from npuc.kir.program import (
     ACTIVATION,
     CONSTANT,
     INPUT,
@@ -42,10 +39,16 @@ from npuc.lower.program import (
     LKernel,
     LoweredModel,
     NpuSegment,
+    Precision,
 )
+from npuc.kir.storage import layout_name, storage_dtype
+from npuc.kir.tensor import DramTensor
+from npuc.lower.context import LowerContext, Lowered
+from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
+from npuc.lower.layout import dense_order, image_values, order_of
+from npuc.lower.precision import int8_value_reason
 from npuc.lower.rules import CPU_REASONS, RULES, VIEW_OPS
 from npuc.lower.rules_int8 import quant_macs
-from npuc.frontend.summary import node_macs
 
 NPU, CPU = "npu", "cpu"
 
@@ -263,7 +266,7 @@ class _Pass:
         )
 
     def _lkernel(self, node: Node, k: Kernel) -> LKernel:
-        macs = (node_macs(node) or quant_macs(node)) if k.kind in ("conv2d", "gemm", "depthwise_conv2d") else 0
+        macs = (node_macs(node) or quant_macs(node)) if KERNEL_KINDS[k.kind].counts_macs else 0
         return LKernel(k, (node.op,), node.loc, macs)
 
     def _home(self, v: Value, buffers: dict[str, Buffer]) -> Home:

@@ -9,39 +9,14 @@ quantized graph ops in int8 (int32 accumulators, REQUANT), the integer arithmeti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 
 from npuc.errors import NpucError
 from npuc.ir.types import DType as IRType
 from npuc.isa.enums import DType
+from npuc.kir.program import Precision
 
 NO_FP16_REASON = "target has no fp16 path; quantize to int8 (--quantize int8)"
-
-
-@dataclass(frozen=True)
-class Precision:
-    """How the NPU computes: ``dtype`` of every kernel and NPU-side DRAM tensor, or None when the
-    NPU can take no node (``reason`` then says why)."""
-
-    dtype: DType | None
-    reason: str | None = None
-
-    @property
-    def ir_dtype(self) -> IRType:
-        """The graph element type of NPU-side tensors (as stored in DRAM)."""
-        return IR_OF_ISA[self.dtype] if self.dtype is not None else IRType.f32
-
-
-IR_OF_ISA: dict[DType, IRType] = {
-    DType.int8: IRType.i8,
-    DType.int16: IRType.i16,
-    DType.int32: IRType.i32,
-    DType.fp16: IRType.f16,
-    DType.fp32: IRType.f32,
-}
 
 
 def choose_precision(target, quantize: str | None) -> Precision:
@@ -72,32 +47,6 @@ def pack_constant(tensor: torch.Tensor, dtype: DType, order: tuple[int, ...] | N
         t = t.permute(order)
     arr = t.contiguous().numpy().astype(dtype.np)
     return arr.tobytes()
-
-
-_NP_OF_IR: dict[IRType, np.dtype] = {
-    IRType.f32: np.dtype("<f4"),
-    IRType.f16: np.dtype("<f2"),
-    IRType.f64: np.dtype("<f8"),
-    IRType.i64: np.dtype("<i8"),
-    IRType.i32: np.dtype("<i4"),
-    IRType.i16: np.dtype("<i2"),
-    IRType.i8: np.dtype("i1"),
-    IRType.u8: np.dtype("u1"),
-    IRType.bool: np.dtype("?"),
-}
-
-
-def numpy_dtype(dtype: IRType) -> np.dtype:
-    """The numpy element type a graph dtype is stored as in DRAM (bf16 has none: refused)."""
-    try:
-        return _NP_OF_IR[dtype]
-    except KeyError:
-        raise NpucError(f"npuc cannot store {dtype.value} tensors in DRAM") from None
-
-
-def storage_dtype(dtype: IRType) -> IRType:
-    """How a CPU-side value of ``dtype`` is stored in DRAM (bf16 widens to f32; others as is)."""
-    return IRType.f32 if dtype == IRType.bf16 else dtype
 
 
 FLOAT_ISLAND_REASON = "kept in float by the quantizer"

@@ -12,9 +12,20 @@ from typing import Callable
 
 import torch
 
-from npuc.codegen.kernel import EpilogueOp, FillAttrs, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs
-from npuc.codegen.tensor import NHWC, DramTensor
 from npuc.ir.graph import Node, Value
+from npuc.ir.opdef import Trait, ops_with
+from npuc.kir.kernel import (
+    BINARY_EPILOGUE_OPS,
+    COMMUTATIVE_EPILOGUE_OPS,
+    UNARY_EPILOGUE_OPS,
+    EpilogueOp,
+    FillAttrs,
+    LayerNormAttrs,
+    PoolAttrs,
+    ReduceAttrs,
+    SoftmaxAttrs,
+)
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.lower.context import LowerContext, Lowered
 from npuc.lower.layout import broadcast_to, is_channels_last
 
@@ -57,13 +68,7 @@ def single(*kernels, views=()) -> list[Lowered]:
 
 # ------------------------------------------------------------------------------- elementwise
 
-UNARY_EPILOGUE = ("relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "exp", "neg", "abs",
-                  "sqrt", "rsqrt", "reciprocal")
-BINARY_EPILOGUE = ("add", "sub", "mul", "div", "maximum", "minimum")
-COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
-
-
-@rule(*UNARY_EPILOGUE, "gelu", "clamp")
+@rule(*sorted(UNARY_EPILOGUE_OPS))
 def lower_unary(ctx: LowerContext, node: Node):
     x, y = node.inputs[0], node.outputs[0]
     params: tuple = ()
@@ -77,7 +82,7 @@ def lower_unary(ctx: LowerContext, node: Node):
     return single(ctx.kernel(node, "eltwise", (broadcast_to(ctx.tensor(x), y.type.shape),), ctx.out(y), epilogue=epi))
 
 
-@rule(*BINARY_EPILOGUE)
+@rule(*sorted(BINARY_EPILOGUE_OPS))
 def lower_binary(ctx: LowerContext, node: Node):
     a, b = node.inputs
     y = node.outputs[0]
@@ -86,14 +91,14 @@ def lower_binary(ctx: LowerContext, node: Node):
         return f"{node.op} of two constants was not folded"
     if sb is not None or sa is not None:
         main, s, first = (a, sb, False) if sb is not None else (b, sa, True)
-        epi = EpilogueOp(node.op, scalar=s, operand_first=first and node.op not in COMMUTATIVE)
+        epi = EpilogueOp(node.op, scalar=s, operand_first=first and node.op not in COMMUTATIVE_EPILOGUE_OPS)
     else:
         # the kernel input is the operand of the output's full shape (prefer a computed one)
         swap = a.type.shape != y.type.shape or (ctx.const(a) is not None and ctx.const(b) is None
                                                  and b.type.shape == y.type.shape)
         main, other = (b, a) if swap else (a, b)
         operand = broadcast_to(ctx.tensor(other), y.type.shape)
-        epi = EpilogueOp(node.op, operand=operand, operand_first=swap and node.op not in COMMUTATIVE)
+        epi = EpilogueOp(node.op, operand=operand, operand_first=swap and node.op not in COMMUTATIVE_EPILOGUE_OPS)
     x = broadcast_to(ctx.tensor(main), y.type.shape)
     return single(ctx.kernel(node, "eltwise", (x,), ctx.out(y), epilogue=(epi,)))
 
@@ -386,7 +391,7 @@ def lower_upsample(ctx: LowerContext, node: Node):
     return single(*kernels)
 
 
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select", "cast"})
+VIEW_OPS = ops_with(Trait.VIEW)
 
 # The quantized graph ops register their rules in their own module.
 import npuc.lower.rules_int8  # noqa: E402,F401

@@ -27,9 +27,9 @@ import math
 import numpy as np
 import torch
 
-from npuc.codegen.kernel import EpilogueOp, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
+from npuc.kir.kernel import EpilogueOp, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
 from npuc.codegen.kernels.vector_pool import record_divisors
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 from npuc.ir.graph import Node, Value
 from npuc.isa.enums import DType
 from npuc.lower.context import LowerContext, Lowered

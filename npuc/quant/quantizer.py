@@ -1,4 +1,4 @@
-"""The PT2E quantizer of the NPU, and the quantize-a-model flow around it.
+"""The PT2E quantizer of the NPU.
 
 :class:`NpuQuantizer` annotates an exported (pre-dispatch ATen) graph with what the NPU runs in
 int8 (docs/quantization.md): conv and linear with symmetric int8 weights (per output channel by
@@ -9,14 +9,14 @@ the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup ta
 data-movement ops between them, which share their input's parameters.  Graph ops named in
 ``QuantOptions.float_ops`` are left unannotated, so they stay in float.
 
-:func:`quantize` runs torchao's flow: ``prepare_pt2e``, every calibration sample, ``convert_pt2e``
-and a re-export of the converted module for the frontend.
+The flow around it (export, ``prepare_pt2e``, calibration, ``convert_pt2e``, the re-export the
+frontend imports) is :func:`npuc.frontend.pt2e.quantize`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 from torch.fx import GraphModule, Node
@@ -30,7 +30,6 @@ from torchao.quantization.pt2e.observer import (  # noqa: E402
     MinMaxObserver,
     PerChannelMinMaxObserver,
 )
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import (
     DerivedQuantizationSpec,
     QuantizationAnnotation,
@@ -41,7 +40,6 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from npuc.errors import NpucError
-from npuc.quant.calibrate import as_input_tuple, check_calibration, run_calibration
 
 aten = torch.ops.aten
 ANNOTATION_KEY = "quantization_annotation"
@@ -270,54 +268,4 @@ def _is_quantized_output(node: Node) -> bool:
     return ann is not None and ann.output_qspec is not None
 
 
-# ---------------------------------------------------------------------------- the flow
-
-
-@dataclass(frozen=True, eq=False)
-class QuantizedModel:
-    """A quantized model: PyTorch's converted module (Q/DQ around float ops, the reference
-    npuc's int8 results are compared with) and its re-export decomposed to core ATen (as
-    :func:`npuc.frontend.export.export_program` does), which the frontend imports."""
-
-    module: torch.nn.Module
-    program: torch.export.ExportedProgram
-
-
-def quantize(
-    model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-    calibration: Sequence[Any],
-    target: Any = None,
-    options: QuantOptions | None = None,
-) -> QuantizedModel:
-    """Export, annotate, calibrate on every sample and convert ``model``; then re-export it."""
-    example = as_input_tuple(example_inputs)
-    samples = check_calibration(calibration, example)
-    if not isinstance(model, torch.nn.Module):
-        raise NpucError(f"the model must be a torch.nn.Module, got a {type(model).__name__}")
-    from npuc.frontend.export import export_error, export_program, quiet_torch_logs
-
-    with quiet_torch_logs():
-        try:
-            captured = torch.export.export(model.eval(), example).module()
-        except Exception as e:  # torch.export raises many exception types; all mean the same to a user
-            raise export_error(e) from e
-        prepared = prepare_pt2e(captured, NpuQuantizer(target, options))
-        run_calibration(prepared, samples)
-        converted = convert_pt2e(prepared)
-    program = export_program(converted, example)
-    return QuantizedModel(converted, program)
-
-
-def quantize_model(
-    model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-    calibration: Sequence[Any],
-    target: Any = None,
-    options: QuantOptions | None = None,
-) -> torch.export.ExportedProgram:
-    """The exported program of the quantized ``model`` (Q/DQ pairs around int8 ops)."""
-    return quantize(model, example_inputs, calibration, target, options).program
-
-
-__all__ = ["NpuQuantizer", "QuantOptions", "QuantizedModel", "quantize", "quantize_model"]
+__all__ = ["NpuQuantizer", "QuantOptions"]

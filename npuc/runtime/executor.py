@@ -22,8 +22,7 @@ from npuc.ir.text import parse_graph
 from npuc.ir.types import TensorType
 from npuc.isa import decode_program
 from npuc.isa.instr import Program
-from npuc.lower.layout import parse_layout
-from npuc.lower.precision import numpy_dtype
+from npuc.kir.storage import numpy_dtype, parse_layout
 from npuc.runtime.npub import BindingRole, Npub, RegionKind, SegmentKind
 from npuc.runtime.npub_meta import profile_metadata
 from npuc.runtime.sim import simulate

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from npuc.isa.enums import UnOp
+from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
+from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, steps
 from npuc.schedule.transfers import input_loads, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
@@ -80,10 +81,6 @@ def vector_time(target: Target, instr: str, /, **fields: Any) -> int:
     return instr_cycles(target, instr, fields)
 
 
-_SIMPLE_UNARY = {"relu", "neg", "abs", "exp", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid",
-                 "sqrt", "rsqrt", "reciprocal", "clamp"}
-
-
 def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     """Compute-queue cycles of turning an m x tn accumulator tile into the stored result:
     the conversion out of the accumulator and the fused epilogue ops on the tile."""
@@ -94,7 +91,7 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     else:
         total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
     for e in p.epilogue:
-        if e.op in _SIMPLE_UNARY or e.op == "gelu":
+        if e.op in UNARY_EPILOGUE_OPS:
             name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
             name = name if name in UnOp.__members__ else "copy"
             total += vector_time(target, "VUN", op=name, dtype=dt, n0=tn, n1=m)
@@ -103,7 +100,7 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
             if e.op == "div":
                 total += vector_time(target, "VUN", op="reciprocal", dtype=dt, n0=tn, n1=m)
         else:
-            steps_needed = 2 if (e.operand_first and e.op in ("sub", "div")) else 1
+            steps_needed = 2 if (e.operand_first and e.op not in COMMUTATIVE_EPILOGUE_OPS) else 1
             total += steps_needed * vector_time(target, "VUN", op="adds", dtype=dt, n0=tn, n1=m)
     return total
 
@@ -114,7 +111,7 @@ def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tu
     table = _table(target)
     cols = target.array.cols
     dt = p.dtype.name
-    if t.dataflow == "os":
+    if t.dataflow is Dataflow.output_stationary:
         rows = target.array.rows
         ms = Counter(min(rows, s.m - i) for i in range(0, s.m, rows))
         ns = Counter(min(cols, s.tn - j) for j in range(0, s.tn, cols))
@@ -278,7 +275,7 @@ class _Walk:
         if not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
         mm, count = costs.compute(s)
-        self.instrs += count if self.t.dataflow == "os" else 2 * count
+        self.instrs += count if self.t.dataflow is Dataflow.output_stationary else 2 * count
         self.array += mm
         self.compute += fill + mm
         self.t_comp = max(self.t_comp, ready) + fill + mm

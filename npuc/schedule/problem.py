@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
-from npuc.codegen.kernel import EpilogueOp
-from npuc.isa.enums import DType
+from npuc.kir.kernel import EpilogueOp
+from npuc.isa.enums import Dataflow, DType
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,8 @@ class ArrayTiling:
     every channel block of the output is computed) or "n_outer" (output channel blocks outside,
     the weight block stays while every pixel tile is computed); ``unfold`` the unfolded-row
     input layout; ``x_slots``/``w_slots`` the scratchpad buffers for input tiles and weight
-    blocks (2: double buffered; more: every block resident, loaded once); ``dataflow`` "ws"
-    (LOAD_WEIGHTS + MATMUL per reduction chunk) or "os" (one MATMUL_OS per rows x cols block of
+    blocks (2: double buffered; more: every block resident, loaded once); ``dataflow``
+    weight-stationary (LOAD_WEIGHTS + MATMUL per reduction chunk) or output-stationary (one MATMUL_OS per rows x cols block of
     the output tile over the whole reduction block: for 1x1 windows, see :func:`can_os`).
     """
 
@@ -192,12 +192,12 @@ class ArrayTiling:
     unfold: bool = False
     x_slots: int = 2
     w_slots: int = 2
-    dataflow: str = "ws"
+    dataflow: Dataflow = Dataflow.weight_stationary
 
     def __str__(self) -> str:
         extra = " unfold" if self.unfold else ""
         return (
-            f"{self.dataflow} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
+            f"{self.dataflow.short} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots}"
         )
 

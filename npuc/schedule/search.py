@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from npuc.errors import CompileError
+from npuc.isa.enums import Dataflow
 from npuc.schedule.cost import Estimate, estimate, quick_estimate
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_os, can_unfold, footprint
 from npuc.targets import Target
@@ -86,8 +87,7 @@ def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
 def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
     """Candidate tilings, before the fit check (deterministic order)."""
     unfolds = [False, True] if can_unfold(p) else [False]
-    flows = [f for f, ok in (("ws", target.supports_dataflow("weight_stationary")),
-                             ("os", target.supports_dataflow("output_stationary") and can_os(p))) if ok]
+    flows = [f for f in Dataflow if target.supports_dataflow(f) and (f is Dataflow.weight_stationary or can_os(p))]
     out: list[ArrayTiling] = []
     for tc in _reduction_blocks(target, p):
         for tn in reversed(_widths(target, p)):

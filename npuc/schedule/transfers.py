@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from npuc.isa.instr import field_max
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows
 
 Instr = tuple[str, dict[str, Any]]
-_MAX_COUNT = 65535
+_MAX_COUNT = field_max("VFILL", "n0")  # every count field of the ISA
 
 
 def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int, value: float = 0.0) -> list[Instr]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from npuc.errors import TargetError
+from npuc.isa.enums import Dataflow
 from npuc.targets.schema import TargetSchema
 from npuc.targets.target import (
     AccumulatorConfig,
@@ -70,7 +71,7 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
     return Target(
         name=s.name,
         description=s.description,
-        array=ArrayConfig(s.array.rows, s.array.cols, tuple(s.array.dataflows), tuple(s.array.dtypes)),
+        array=ArrayConfig(s.array.rows, s.array.cols, tuple(Dataflow(d) for d in s.array.dataflows), tuple(s.array.dtypes)),
         scratchpad=ScratchpadConfig(**s.scratchpad.model_dump()),
         accumulator=AccumulatorConfig(**s.accumulator.model_dump()),
         vector=VectorConfig(**s.vector.model_dump()),

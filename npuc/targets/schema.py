@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from npuc.isa.enums import Dataflow
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
 
 
@@ -20,7 +21,8 @@ def key(unit: str, meaning: str, **constraints):
     """A required key of a target file, with its unit and meaning (docs/targets.md prints them)."""
     return Field(..., description=meaning, json_schema_extra={"unit": unit}, **constraints)
 
-Dataflow = Literal["weight_stationary", "output_stationary"]
+# The spellings of npuc.isa.enums.Dataflow (a target file is strict JSON-like data: plain strings).
+DataflowName = Literal[tuple(d.value for d in Dataflow)]  # type: ignore[valid-type]
 ArrayDType = Literal["int8", "fp16"]
 
 
@@ -39,7 +41,7 @@ class ArraySchema(_Strict):
 
     rows: int = key("PEs", "processing-element rows: the K (weight-stationary) or M (output-stationary) extent of a tile", gt=0, le=256)
     cols: int = key("PEs", "processing-element columns: the N extent of a tile", gt=0, le=256)
-    dataflows: list[Dataflow] = key("list", "dataflows the array supports: weight_stationary, output_stationary")
+    dataflows: list[DataflowName] = key("list", f"dataflows the array supports: {', '.join(Dataflow)}")
     dtypes: list[ArrayDType] = key("list", "MAC types: int8 (int8 x int8 -> int32, required), fp16 (fp16 x fp16 -> fp32; also enables floating-point vector work)")
 
     @field_validator("dataflows", "dtypes")

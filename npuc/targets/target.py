@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 
 from npuc.errors import TargetError
+from npuc.isa.enums import Dataflow
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class ArrayConfig:
 
     rows: int
     cols: int
-    dataflows: tuple[str, ...]
+    dataflows: tuple[Dataflow, ...]
     dtypes: tuple[str, ...]
 
 
@@ -123,7 +124,7 @@ class Target:
         """Whether the array multiplies fp16 (and the vector unit computes in fp16/fp32)."""
         return "fp16" in self.array.dtypes
 
-    def supports_dataflow(self, dataflow: str) -> bool:
+    def supports_dataflow(self, dataflow: Dataflow) -> bool:
         return dataflow in self.array.dataflows
 
     def peak_ops_per_s(self, dtype: str = "int8") -> float:

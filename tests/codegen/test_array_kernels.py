@@ -16,10 +16,12 @@ import torch.nn.functional as F
 
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.harness import epilogue_reference, place, run_kernel
-from npuc.codegen.kernel import EpilogueOp, Kernel, get_kernel
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import EpilogueOp, Kernel
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER, conv_problem
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.errors import CompileError
+from npuc.isa.enums import Dataflow
 from npuc.ir.ops.linalg import Conv2dAttrs, conv_output_size
 from npuc.isa.enums import DType
 from npuc.runtime.sim import simulate
@@ -371,7 +373,7 @@ def test_output_stationary_conv_1x1(target):
     k = dataclasses.replace(k, epilogue=(bias_op(k.output.shape), EpilogueOp("relu")))
     rng = np.random.default_rng(11)
     vals = {"x": _rand(rng, (1, 40, 11, 11)), "w": _rand(rng, (24, 40, 1, 1), 0.15), "bias": _rand(rng, (1, 24, 1, 1))}
-    out, prog = _run_forced(k, target, lambda t: dataclasses.replace(t, dataflow="os", tc=16, th=6, tw=6), vals)
+    out, prog = _run_forced(k, target, lambda t: dataclasses.replace(t, dataflow=Dataflow.output_stationary, tc=16, th=6, tw=6), vals)
     assert any(i.op == "MATMUL_OS" for i in prog) and not any(i.op == "MATMUL" for i in prog)
     ref = epilogue_reference(F.conv2d(_t(vals["x"]), _t(vals["w"]), None, 2), k.epilogue, vals)
     assert _rel_l2(out, ref.numpy()) < TOL
@@ -383,7 +385,7 @@ def test_output_stationary_gemm_with_partial_blocks():
     k = gemm_kernel(a, _broadcast(b, (2, 37, 23)), (2, 20, 23))
     rng = np.random.default_rng(12)
     vals = {"a": _rand(rng, (2, 20, 37)), "b": np.broadcast_to(_rand(rng, (37, 23), 0.2), (2, 37, 23))}
-    out, prog = _run_forced(k, MID, lambda t: dataclasses.replace(t, dataflow="os", tc=16, tn=23, tw=20), vals)
+    out, prog = _run_forced(k, MID, lambda t: dataclasses.replace(t, dataflow=Dataflow.output_stationary, tc=16, tn=23, tw=20), vals)
     assert sum(i.op == "MATMUL_OS" for i in prog) == 2 * 3 * 2 * 2  # batches x k-blocks x m-blocks x n-blocks
     ref = torch.matmul(_t(vals["a"]), _t(vals["b"]))
     assert _rel_l2(out, ref.numpy()) < TOL
@@ -393,8 +395,8 @@ def test_dataflow_follows_the_target_and_the_cost_model():
     """A small-spatial 1x1 layer prefers output-stationary; a WS-only target never gets it."""
     k = conv_kernel(1, 512, 7, 7, 256, 1)
     placed, _ = place(k)
-    assert get_kernel("conv2d").plan(placed, MID).details.dataflow == "os"
-    ws_only = dataclasses.replace(MID, name="ws-only", array=dataclasses.replace(MID.array, dataflows=("weight_stationary",)))
-    assert get_kernel("conv2d").plan(placed, ws_only).details.dataflow == "ws"
+    assert get_kernel("conv2d").plan(placed, MID).details.dataflow is Dataflow.output_stationary
+    ws_only = dataclasses.replace(MID, name="ws-only", array=dataclasses.replace(MID.array, dataflows=(Dataflow.weight_stationary,)))
+    assert get_kernel("conv2d").plan(placed, ws_only).details.dataflow is Dataflow.weight_stationary
     big = conv_kernel(1, 64, 56, 56, 64, 3, pad=1)
-    assert get_kernel("conv2d").plan(place(big)[0], MID).details.dataflow == "ws"
+    assert get_kernel("conv2d").plan(place(big)[0], MID).details.dataflow is Dataflow.weight_stationary

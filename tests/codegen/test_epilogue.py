@@ -26,8 +26,9 @@ from npuc.codegen.epilogue import (
     store_pieces,
 )
 from npuc.codegen.harness import epilogue_reference, run_kernel
-from npuc.codegen.kernel import EpilogueOp, Kernel, SramArena
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.codegen.kernel import SramArena
+from npuc.kir.kernel import EpilogueOp, Kernel
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.isa.enums import DType
 from npuc.runtime.sim import simulate
 from npuc.targets import load_target

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from npuc.codegen.harness import run_kernel
-from npuc.codegen.kernel import EpilogueOp, FillAttrs, Kernel, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
+from npuc.kir.kernel import EpilogueOp, FillAttrs, Kernel, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER
 from npuc.codegen.kernels.vector_pool import record_divisors
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.ir.opdef import get_op
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.ir.ops.quantized import (

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from npuc.codegen.harness import run_kernel
-from npuc.codegen.kernel import FillAttrs, Kernel, get_kernel
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import FillAttrs, Kernel
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.isa.enums import DType
 from npuc.targets import load_target
 

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as Fn
 
 from npuc.codegen.harness import epilogue_reference, run_kernel
-from npuc.codegen.kernel import EpilogueOp, Kernel, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs, get_kernel
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.codegen.kernel import get_kernel
+from npuc.kir.kernel import EpilogueOp, Kernel, LayerNormAttrs, PoolAttrs, ReduceAttrs, SoftmaxAttrs
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.errors import CompileError
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.isa.enums import DType

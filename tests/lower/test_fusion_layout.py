@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.isa.enums import DType
-from npuc.lower.layout import broadcast_to, dense_order, is_channels_last, layout_name, parse_layout
+from npuc.kir.storage import layout_name, parse_layout
+from npuc.lower.layout import broadcast_to, dense_order, is_channels_last
 
 from lowerlib import ConvBlock, SmallCnn, kernel_ops, lower, seeded
 

@@ -8,7 +8,7 @@ import torch
 import npuc
 from npuc.codegen.memory_plan import greedy_by_size, lifetimes, plan_memory
 from npuc.errors import CompileError
-from npuc.lower.program import ACTIVATION, CONSTANT, Buffer
+from npuc.kir.program import ACTIVATION, CONSTANT, Buffer
 
 from lowerlib import SmallCnn, edited_target, lower, seeded
 

@@ -8,7 +8,7 @@ import torch
 import npuc
 from npuc.codegen import kernel as kernel_mod
 from npuc.lower.precision import NO_FP16_REASON
-from npuc.lower.program import CpuSegment, NpuSegment
+from npuc.kir.program import CpuSegment, NpuSegment
 
 from lowerlib import SmallCnn, lower, seeded
 

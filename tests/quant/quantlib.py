@@ -12,7 +12,8 @@ from npuc.interp import interpret
 from npuc.ir.graph import Graph
 from npuc.ir.verify import verify
 from npuc.pipeline import GRAPH_PASSES
-from npuc.quant.quantizer import QuantizedModel, QuantOptions, quantize
+from npuc.frontend.pt2e import QuantizedModel, quantize
+from npuc.quant.quantizer import QuantOptions
 
 
 @dataclass(frozen=True, eq=False)

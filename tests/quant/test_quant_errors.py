@@ -12,7 +12,8 @@ from quantlib import op_counts, quantize_and_import
 from npuc.errors import NpucError
 from npuc.frontend.quantized import import_quantized
 from npuc.interp import interpret
-from npuc.quant.quantizer import QuantOptions, quantize
+from npuc.frontend.pt2e import quantize
+from npuc.quant.quantizer import QuantOptions
 
 
 class Counting(nn.Module):

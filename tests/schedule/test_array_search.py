@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from npuc.codegen.harness import place
-from npuc.codegen.kernel import Kernel
+from npuc.kir.kernel import Kernel
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER, conv_problem
-from npuc.codegen.tensor import NHWC, DramTensor
+from npuc.kir.tensor import NHWC, DramTensor
 from npuc.errors import CompileError
 from npuc.ir.ops.linalg import Conv2dAttrs, conv_output_size
 from npuc.isa.enums import DType

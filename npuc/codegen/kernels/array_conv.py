@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import epilogue_supports
-from npuc.codegen.kernel import Kernel, Plan, register_kernel
+from npuc.codegen.kernel import register_kernel
+from npuc.kir.kernel import Kernel
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.array_engine import ArrayEngine
 from npuc.codegen.kernels.array_plan import array_plan, array_quant, int8_inputs_problem, operand_names, operand_strides
 from npuc.ir.ops.linalg import Conv2dAttrs

@@ -31,8 +31,8 @@ from typing import Any
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_step_operand, Piece
 from npuc.codegen.kernel import SramArena
-from npuc.codegen.tensor import DramTensor
-from npuc.isa.enums import DType
+from npuc.kir.tensor import DramTensor
+from npuc.isa.enums import Dataflow, DType
 from npuc.schedule.problem import (
     ArrayProblem,
     ArrayTiling,
@@ -142,7 +142,7 @@ class ArrayEngine:
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
-        if t.dataflow == "os":
+        if t.dataflow is Dataflow.output_stationary:
             self._compute_os(s, xb, wb, g.slot * es)
             return
         krows = weight_rows(p, s.tc)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from npuc.codegen.kernel import Kernel, Plan
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.kernel import Kernel
+from npuc.kir.plan import Plan
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 from npuc.schedule.problem import ArrayProblem, ArrayQuant

@@ -28,9 +28,11 @@ import math
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
-from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, overlap_cap, pipeline
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 
 NSETS = 3

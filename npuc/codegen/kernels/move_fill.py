@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import MAX_COUNT, Tile, f32, rows_block, store_pieces
-from npuc.codegen.kernel import FillAttrs, Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import FillAttrs, Kernel
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, largest_fitting, tile_grid
 from npuc.errors import CompileError
 

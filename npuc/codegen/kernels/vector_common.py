@@ -16,7 +16,7 @@ import math
 from typing import Any, Callable, Iterator, Sequence
 
 from npuc.codegen.epilogue import merge_dims
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import DType
 
 

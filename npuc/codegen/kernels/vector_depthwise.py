@@ -43,7 +43,9 @@ from npuc.codegen.epilogue import (
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
     dtype_problem,
     estimate_cycles,

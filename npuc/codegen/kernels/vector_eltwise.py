@@ -35,7 +35,9 @@ from npuc.codegen.epilogue import (
     ALIGN,
     MAX_COUNT,
 )
-from npuc.codegen.kernel import Kernel, Plan, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, tile_grid
 from npuc.errors import CompileError
 

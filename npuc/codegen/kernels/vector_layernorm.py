@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, f32
-from npuc.codegen.kernel import Kernel, LayerNormAttrs, Plan, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel, LayerNormAttrs
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline
 from npuc.codegen.kernels.vector_rows import (
     MAX_N,

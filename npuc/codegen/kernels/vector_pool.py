@@ -30,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, MAX_COUNT, dma_nd, f32
-from npuc.codegen.kernel import Kernel, Plan, PoolAttrs, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel, PoolAttrs
+from npuc.kir.plan import Plan
 from npuc.codegen.epilogue import Tile, emit_bias_requant, emit_vun
 from npuc.codegen.kernels.vector_common import (
     dtype_problem,

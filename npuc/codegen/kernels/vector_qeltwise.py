@@ -37,7 +37,9 @@ from npuc.codegen.epilogue import (
     rows_block,
     store_pieces,
 )
-from npuc.codegen.kernel import Kernel, Plan, QBinaryAttrs, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel, QBinaryAttrs
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
     burst_bytes,
     canonical,
@@ -48,7 +50,7 @@ from npuc.codegen.kernels.vector_common import (
     tile_grid,
     zero_point_problem,
 )
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, Tile, emit_bias_requant, emit_vun, f32
-from npuc.codegen.kernel import Kernel, Plan, ReduceAttrs, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel, ReduceAttrs
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import zero_point_problem, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
 from npuc.codegen.kernels.vector_rows import MAX_N, Operand, move_tile, reduce_rows, row_space, tile_strides, unary_rows
 from npuc.errors import CompileError

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from npuc.codegen.epilogue import split_range, dma_nd, merge_dims
-from npuc.codegen.tensor import DramTensor
+from npuc.kir.tensor import DramTensor
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN
-from npuc.codegen.kernel import Kernel, Plan, SoftmaxAttrs, SramArena, register_kernel
+from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.kir.kernel import Kernel, SoftmaxAttrs
+from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline
 from npuc.codegen.kernels.vector_rows import (
     MAX_N,

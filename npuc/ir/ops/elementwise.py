@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from npuc.ir.opdef import NoAttrs, OpDef, fail, register
+from npuc.ir.opdef import NoAttrs, OpDef, Trait, fail, register
 from npuc.ir.ops.common import (
     broadcast_shapes,
     require_float,
@@ -41,7 +41,16 @@ def _unary_infer(name: str, accepts: str, result: DType | None):
     return infer
 
 
-def _unary(name: str, summary: str, fn, accepts: str = "float", result: DType | None = None) -> None:
+# Traits of every unary/binary op: an elementwise result keeps an image's layout unless it is bool.
+def _elementwise_traits(arity: Trait, result: DType | None, extra: tuple[Trait, ...]) -> frozenset[Trait]:
+    return frozenset({arity, *extra} | (set() if result is DType.bool else {Trait.IMAGE_PRESERVING}))
+
+
+E, T, C = Trait.EPILOGUE, Trait.TRANSCENDENTAL, Trait.COMMUTATIVE
+
+
+def _unary(name: str, summary: str, fn, accepts: str = "float", result: DType | None = None,
+           traits: tuple[Trait, ...] = ()) -> None:
     register(
         OpDef(
             name=name,
@@ -51,26 +60,27 @@ def _unary(name: str, summary: str, fn, accepts: str = "float", result: DType | 
             reference=lambda ins, a: (fn(ins[0]),),
             category="elementwise",
             operands=("x",),
+            traits=_elementwise_traits(Trait.UNARY, result, traits),
         )
     )
 
 
-_unary("relu", "max(x, 0)", torch.relu, accepts="numeric")
-_unary("sigmoid", "1 / (1 + exp(-x))", torch.sigmoid)
-_unary("tanh", "hyperbolic tangent", torch.tanh)
-_unary("silu", "x * sigmoid(x) (swish)", F.silu)
-_unary("hardswish", "x * relu6(x + 3) / 6", F.hardswish)
-_unary("hardsigmoid", "relu6(x + 3) / 6", F.hardsigmoid)
-_unary("exp", "e ** x", torch.exp)
-_unary("log", "natural logarithm", torch.log)
-_unary("sqrt", "square root", torch.sqrt)
-_unary("rsqrt", "1 / sqrt(x)", torch.rsqrt)
-_unary("neg", "-x", torch.neg, accepts="numeric")
-_unary("reciprocal", "1 / x", torch.reciprocal)
-_unary("abs", "|x|", torch.abs, accepts="numeric")
-_unary("erf", "Gauss error function", torch.erf)
-_unary("sin", "sine", torch.sin)
-_unary("cos", "cosine", torch.cos)
+_unary("relu", "max(x, 0)", torch.relu, accepts="numeric", traits=(E,))
+_unary("sigmoid", "1 / (1 + exp(-x))", torch.sigmoid, traits=(E, T))
+_unary("tanh", "hyperbolic tangent", torch.tanh, traits=(E, T))
+_unary("silu", "x * sigmoid(x) (swish)", F.silu, traits=(E, T))
+_unary("hardswish", "x * relu6(x + 3) / 6", F.hardswish, traits=(E,))
+_unary("hardsigmoid", "relu6(x + 3) / 6", F.hardsigmoid, traits=(E,))
+_unary("exp", "e ** x", torch.exp, traits=(E, T))
+_unary("log", "natural logarithm", torch.log, traits=(T,))
+_unary("sqrt", "square root", torch.sqrt, traits=(E, T))
+_unary("rsqrt", "1 / sqrt(x)", torch.rsqrt, traits=(E, T))
+_unary("neg", "-x", torch.neg, accepts="numeric", traits=(E,))
+_unary("reciprocal", "1 / x", torch.reciprocal, traits=(E,))
+_unary("abs", "|x|", torch.abs, accepts="numeric", traits=(E,))
+_unary("erf", "Gauss error function", torch.erf, traits=(T,))
+_unary("sin", "sine", torch.sin, traits=(T,))
+_unary("cos", "cosine", torch.cos, traits=(T,))
 _unary("logical_not", "x == 0, as bool", torch.logical_not, accepts="any", result=DType.bool)
 
 
@@ -96,6 +106,7 @@ register(
         reference=lambda ins, a: (F.gelu(ins[0], approximate=a.approximate),),
         category="elementwise",
         operands=("x",),
+        traits=_elementwise_traits(Trait.UNARY, None, (E, T)),
     )
 )
 
@@ -139,6 +150,7 @@ register(
         reference=_clamp_ref,
         category="elementwise",
         operands=("x",),
+        traits=_elementwise_traits(Trait.UNARY, None, (E,)),
     )
 )
 
@@ -171,6 +183,7 @@ register(
         reference=_pow_ref,
         category="elementwise",
         operands=("x",),
+        traits=_elementwise_traits(Trait.UNARY, None, (T,)),
     )
 )
 
@@ -191,6 +204,7 @@ register(
         reference=lambda ins, a: (ins[0].to(a.dtype.torch),),
         category="elementwise",
         operands=("x",),
+        traits=frozenset({Trait.UNARY, Trait.IMAGE_PRESERVING, Trait.VIEW}),
     )
 )
 
@@ -208,7 +222,8 @@ def _binary_infer(name: str, accepts: str, result: DType | None):
     return infer
 
 
-def _binary(name: str, summary: str, fn, accepts: str = "numeric", result: DType | None = None) -> None:
+def _binary(name: str, summary: str, fn, accepts: str = "numeric", result: DType | None = None,
+            traits: tuple[Trait, ...] = ()) -> None:
     register(
         OpDef(
             name=name,
@@ -220,24 +235,25 @@ def _binary(name: str, summary: str, fn, accepts: str = "numeric", result: DType
             max_inputs=2,
             category="elementwise",
             operands=("x", "y"),
+            traits=_elementwise_traits(Trait.BINARY, result, traits),
         )
     )
 
 
-_binary("add", "x + y with broadcasting", torch.add)
-_binary("sub", "x - y with broadcasting", torch.sub)
-_binary("mul", "x * y with broadcasting", torch.mul)
-_binary("div", "x / y with broadcasting (true division, floats only)", torch.div, accepts="float")
-_binary("maximum", "elementwise max(x, y) with broadcasting (NaN propagates)", torch.maximum)
-_binary("minimum", "elementwise min(x, y) with broadcasting (NaN propagates)", torch.minimum)
-_binary("eq", "x == y -> bool", torch.eq, accepts="any", result=DType.bool)
-_binary("ne", "x != y -> bool", torch.ne, accepts="any", result=DType.bool)
+_binary("add", "x + y with broadcasting", torch.add, traits=(E, C))
+_binary("sub", "x - y with broadcasting", torch.sub, traits=(E,))
+_binary("mul", "x * y with broadcasting", torch.mul, traits=(E, C))
+_binary("div", "x / y with broadcasting (true division, floats only)", torch.div, accepts="float", traits=(E,))
+_binary("maximum", "elementwise max(x, y) with broadcasting (NaN propagates)", torch.maximum, traits=(E, C))
+_binary("minimum", "elementwise min(x, y) with broadcasting (NaN propagates)", torch.minimum, traits=(E, C))
+_binary("eq", "x == y -> bool", torch.eq, accepts="any", result=DType.bool, traits=(C,))
+_binary("ne", "x != y -> bool", torch.ne, accepts="any", result=DType.bool, traits=(C,))
 _binary("lt", "x < y -> bool", torch.lt, accepts="numeric", result=DType.bool)
 _binary("le", "x <= y -> bool", torch.le, accepts="numeric", result=DType.bool)
 _binary("gt", "x > y -> bool", torch.gt, accepts="numeric", result=DType.bool)
 _binary("ge", "x >= y -> bool", torch.ge, accepts="numeric", result=DType.bool)
-_binary("logical_and", "(x != 0) and (y != 0) -> bool", torch.logical_and, accepts="any", result=DType.bool)
-_binary("logical_or", "(x != 0) or (y != 0) -> bool", torch.logical_or, accepts="any", result=DType.bool)
+_binary("logical_and", "(x != 0) and (y != 0) -> bool", torch.logical_and, accepts="any", result=DType.bool, traits=(C,))
+_binary("logical_or", "(x != 0) or (y != 0) -> bool", torch.logical_or, accepts="any", result=DType.bool, traits=(C,))
 
 
 def _where_infer(ins, a):
@@ -259,6 +275,7 @@ register(
         max_inputs=3,
         category="elementwise",
         operands=("cond", "x", "y"),
+        traits=frozenset({Trait.IMAGE_PRESERVING}),
     )
 )
 

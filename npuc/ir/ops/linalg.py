@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from npuc.ir.opdef import NoAttrs, OpDef, fail, register
+from npuc.ir.opdef import NoAttrs, OpDef, Trait, fail, register
 from npuc.ir.ops.common import (
     broadcast_shapes,
     require_float,
@@ -80,6 +80,7 @@ def _conv2d_ref(ins, a: Conv2dAttrs):
 register(
     OpDef(
         name="conv2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="2-D cross-correlation, NCHW input, weight [O, I/groups, kh, kw], optional bias [O]",
         attrs=Conv2dAttrs,
         infer=_conv2d_infer,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from npuc.ir.opdef import OpDef, fail, register
+from npuc.ir.opdef import OpDef, Trait, fail, register
 from npuc.ir.ops.common import require_dim, require_float, require_min_rank, require_same_dtype
 
 
@@ -47,6 +47,7 @@ def _batch_norm_ref(ins, a: BatchNormAttrs):
 register(
     OpDef(
         name="batch_norm",
+        traits=frozenset({Trait.IMAGE_PRODUCER}),
         summary="(x - running_mean) / sqrt(running_var + eps) * weight + bias over channel dim 1",
         attrs=BatchNormAttrs,
         infer=_batch_norm_infer,
@@ -95,6 +96,7 @@ def _layer_norm_ref(ins, a: LayerNormAttrs):
 register(
     OpDef(
         name="layer_norm",
+        traits=frozenset({Trait.TRANSCENDENTAL}),
         summary="normalize over the last normalized_rank dims (biased variance), then * weight + bias",
         attrs=LayerNormAttrs,
         infer=_layer_norm_infer,
@@ -129,6 +131,7 @@ def _softmax(name: str, summary: str, fn) -> None:
     register(
         OpDef(
             name=name,
+            traits=frozenset({Trait.TRANSCENDENTAL}),
             summary=summary,
             attrs=SoftmaxAttrs,
             infer=infer,

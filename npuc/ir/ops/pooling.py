@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from npuc.ir.opdef import OpDef, fail, register
+from npuc.ir.opdef import OpDef, Trait, fail, register
 from npuc.ir.ops.common import require_float, require_ints_at_least, require_rank
 from npuc.ir.types import DType, TensorType
 
@@ -67,6 +67,7 @@ def _max_pool_ref(ins, a: MaxPool2dAttrs):
 register(
     OpDef(
         name="max_pool2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="max over each (dilated) window; padding never wins (float, or quantized i8 kept as is)",
         attrs=MaxPool2dAttrs,
         infer=lambda ins, a: _pool_infer("max_pool2d", ins[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode,
@@ -109,6 +110,7 @@ def _avg_pool_ref(ins, a: AvgPool2dAttrs):
 register(
     OpDef(
         name="avg_pool2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="mean over each window (divisor: window incl. or excl. padding, or divisor_override)",
         attrs=AvgPool2dAttrs,
         infer=lambda ins, a: _pool_infer("avg_pool2d", ins[0], a.kernel, a.stride, a.padding, (1, 1), a.ceil_mode),
@@ -139,6 +141,7 @@ def _adaptive_infer(ins, a: AdaptiveAvgPool2dAttrs):
 register(
     OpDef(
         name="adaptive_avg_pool2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="mean over windows [floor(i*H/oh), ceil((i+1)*H/oh)) giving an output_size map",
         attrs=AdaptiveAvgPool2dAttrs,
         infer=_adaptive_infer,

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from npuc.ir.opdef import NoAttrs, OpDef, fail, register
+from npuc.ir.opdef import NoAttrs, OpDef, Trait, fail, register
 from npuc.ir.ops.common import (
     broadcast_shapes,
     require_dim,
@@ -146,6 +146,7 @@ def _quantize_infer(ins, a: QuantizeAttrs):
 register(
     OpDef(
         name="quantize",
+        traits=frozenset({Trait.UNARY, Trait.IMAGE_PRESERVING}),
         summary="f32 -> i8: clamp(round_half_even(x * (1 / scale)) + zero_point, -128, 127)",
         attrs=QuantizeAttrs,
         infer=_quantize_infer,
@@ -190,6 +191,7 @@ def needs_types(op: str):
 register(
     OpDef(
         name="dequantize",
+        traits=frozenset({Trait.UNARY, Trait.IMAGE_PRESERVING}),
         summary="i8 (or i32) -> f32: (x - zero_point) * scale, parameters from the input's type",
         attrs=NoAttrs,
         infer=_dequantize_infer,
@@ -272,6 +274,7 @@ def _qconv2d_ref(ins, types, a: QConv2dAttrs):
 register(
     OpDef(
         name="qconv2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="int8 conv2d: int32 sum of (x - zx) * w + b, requantized per output channel",
         attrs=QConv2dAttrs,
         infer=_qconv2d_infer,
@@ -423,6 +426,7 @@ for _name, _summary, _ref in (
             max_inputs=2,
             category="quantized",
             operands=("a", "b"),
+            traits=frozenset({Trait.BINARY, Trait.COMMUTATIVE, Trait.IMAGE_PRESERVING}),
         )
     )
 
@@ -453,6 +457,7 @@ def _qlut_infer(ins, a: QLutAttrs):
 register(
     OpDef(
         name="qlut",
+        traits=frozenset({Trait.UNARY, Trait.IMAGE_PRESERVING}),
         summary="int8 -> int8 through a 256-entry table: y = table[x + 128]",
         attrs=QLutAttrs,
         infer=_qlut_infer,
@@ -533,6 +538,7 @@ def _qavg_ref(ins, types, a: QAvgPool2dAttrs):
 register(
     OpDef(
         name="qavg_pool2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="int8 average pool: int32 window sum of x - zx, requantized by 1 / divisor",
         attrs=QAvgPool2dAttrs,
         infer=_qavg_infer,
@@ -616,6 +622,7 @@ def _qclamp_infer(ins, a: QClampAttrs):
 register(
     OpDef(
         name="qclamp",
+        traits=frozenset({Trait.UNARY, Trait.IMAGE_PRESERVING}),
         summary="clamp int8 codes to [qmin, qmax] (a relu that could not be fused); parameters kept",
         attrs=QClampAttrs,
         infer=_qclamp_infer,

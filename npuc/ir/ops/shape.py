@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from npuc.ir.opdef import NoAttrs, OpDef, fail, register
+from npuc.ir.opdef import NoAttrs, OpDef, Trait, fail, register
 from npuc.ir.ops.common import (
     require_dim,
     require_float,
@@ -50,6 +50,7 @@ def _reshape_verify(ins, a: ReshapeAttrs) -> None:
 register(
     OpDef(
         name="reshape",
+        traits=frozenset({Trait.VIEW}),
         summary="same elements in row-major order, new shape",
         attrs=ReshapeAttrs,
         infer=lambda ins, a: (ins[0].with_shape(a.shape),),
@@ -73,6 +74,7 @@ class PermuteAttrs:
 register(
     OpDef(
         name="permute",
+        traits=frozenset({Trait.VIEW}),
         summary="reorder dims: result dim i is input dim perm[i]",
         attrs=PermuteAttrs,
         infer=lambda ins, a: (ins[0].with_shape(tuple(ins[0].shape[p] for p in a.perm)),),
@@ -106,6 +108,7 @@ def _expand_verify(ins, a: ExpandAttrs) -> None:
 register(
     OpDef(
         name="expand",
+        traits=frozenset({Trait.VIEW}),
         summary="broadcast x to shape (new leading dims, size-1 dims repeated)",
         attrs=ExpandAttrs,
         infer=lambda ins, a: (ins[0].with_shape(a.shape),),
@@ -154,6 +157,7 @@ def _slice_ref(ins, a: SliceAttrs):
 register(
     OpDef(
         name="slice",
+        traits=frozenset({Trait.VIEW}),
         summary="x[start:end:step] along dim",
         attrs=SliceAttrs,
         infer=_slice_infer,
@@ -186,6 +190,7 @@ def _select_verify(ins, a: SelectAttrs) -> None:
 register(
     OpDef(
         name="select",
+        traits=frozenset({Trait.VIEW}),
         summary="x[..., index, ...] at dim, dropping that dim",
         attrs=SelectAttrs,
         infer=lambda ins, a: (ins[0].with_shape(ins[0].shape[: a.dim] + ins[0].shape[a.dim + 1 :]),),
@@ -224,6 +229,7 @@ def _concat_infer(ins, a: ConcatAttrs):
 register(
     OpDef(
         name="concat",
+        traits=frozenset({Trait.IMAGE_PRESERVING}),
         summary="join the operands along dim (other dims equal)",
         attrs=ConcatAttrs,
         infer=_concat_infer,
@@ -275,6 +281,7 @@ def _pad_ref(ins, a: PadAttrs):
 register(
     OpDef(
         name="pad",
+        traits=frozenset({Trait.IMAGE_PRESERVING}),
         summary="constant padding (F.pad order: last dim first, (before, after)); negative pads crop",
         attrs=PadAttrs,
         infer=lambda ins, a: (ins[0].with_shape(_padded_shape(ins[0], a.pads)),),
@@ -313,6 +320,7 @@ def _upsample_ref(ins, a: UpsampleNearest2dAttrs):
 register(
     OpDef(
         name="upsample_nearest2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
         summary="output pixel (i, j) copies input (floor(i*H/oh), floor(j*W/ow)) (mode 'nearest')",
         attrs=UpsampleNearest2dAttrs,
         infer=_upsample_infer,

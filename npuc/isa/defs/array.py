@@ -6,7 +6,7 @@ import numpy as np
 
 from npuc.errors import SimulationError
 from npuc.isa.actions import memory_actions
-from npuc.isa.enums import DType, Mem, Queue, Unit
+from npuc.isa.enums import Dataflow, DType, Mem, Queue, Unit
 from npuc.isa.fields import Derived, addr, choice, count, flag, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.region import Region
@@ -41,9 +41,10 @@ def _fits(what: str, value: int, limit: int, dim: str, target) -> str | None:
     return None
 
 
-def _dataflow_problem(dataflow: str, target) -> str | None:
+def _dataflow_problem(dataflow: Dataflow, target) -> str | None:
     if not target.supports_dataflow(dataflow):
-        return f"target '{target.name}' has no {dataflow} dataflow (array.dataflows = {list(target.array.dataflows)})"
+        flows = [str(d) for d in target.array.dataflows]
+        return f"target '{target.name}' has no {dataflow} dataflow (array.dataflows = {flows})"
     return None
 
 
@@ -83,7 +84,7 @@ def _lw_execute(st, a, regions) -> None:
 
 def _lw_check(a, target) -> str | None:
     return (
-        _dataflow_problem("weight_stationary", target)
+        _dataflow_problem(Dataflow.weight_stationary, target)
         or _dtype_problem(a, target)
         or _fits("k", a.k, target.array.rows, "rows", target)
         or _fits("n", a.n, target.array.cols, "columns", target)
@@ -153,7 +154,7 @@ def _mm_execute(st, a, regions) -> None:
 
 def _mm_check(a, target) -> str | None:
     return (
-        _dataflow_problem("weight_stationary", target)
+        _dataflow_problem(Dataflow.weight_stationary, target)
         or _dtype_problem(a, target)
         or _fits("k", a.k, target.array.rows, "rows", target)
         or _fits("n", a.n, target.array.cols, "columns", target)
@@ -227,7 +228,7 @@ def _os_execute(st, a, regions) -> None:
 
 def _os_check(a, target) -> str | None:
     return (
-        _dataflow_problem("output_stationary", target)
+        _dataflow_problem(Dataflow.output_stationary, target)
         or _dtype_problem(a, target)
         or _fits("m", a.m, target.array.rows, "rows", target)
         or _fits("n", a.n, target.array.cols, "columns", target)

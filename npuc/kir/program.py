@@ -1,7 +1,7 @@
 """The lowered program: what partition, fusion and memory planning pass along.
 
 A :class:`LoweredModel` is the graph split into segments in execution order: NPU segments hold
-:class:`LKernel` s (a :class:`~npuc.codegen.kernel.Kernel` plus where it came from), CPU segments
+:class:`LKernel` s (a :class:`~npuc.kir.kernel.Kernel` plus where it came from), CPU segments
 hold a subgraph run by the reference interpreter.  Every DRAM tensor of a kernel is named after
 its :class:`Buffer` and addressed relative to it until memory planning places the buffers.
 Values that cross segments or are model inputs/outputs have a :class:`Home`: where and how they
@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
-from npuc.codegen.kernel import Kernel
+from npuc.isa.enums import DType
+from npuc.kir.kernel import Kernel
+from npuc.kir.storage import IR_OF_ISA
 from npuc.ir.graph import Graph
 from npuc.ir.types import DType as IRType
 from npuc.ir.types import QuantParams, TensorType
@@ -135,13 +137,27 @@ class CpuSegment:
 Segment = NpuSegment | CpuSegment
 
 
+@dataclass(frozen=True)
+class Precision:
+    """How the NPU computes: ``dtype`` of every kernel and NPU-side DRAM tensor, or None when the
+    NPU can take no node (``reason`` then says why)."""
+
+    dtype: DType | None
+    reason: str | None = None
+
+    @property
+    def ir_dtype(self) -> IRType:
+        """The graph element type of NPU-side tensors (as stored in DRAM)."""
+        return IR_OF_ISA[self.dtype] if self.dtype is not None else IRType.f32
+
+
 @dataclass(frozen=True, eq=False)
 class LoweredModel:
     """The model after partition (and later fusion): segments in order, buffers, homes."""
 
     name: str
     target: Any
-    precision: Any
+    precision: Precision
     segments: tuple[Segment, ...]
     buffers: tuple[Buffer, ...]
     homes: tuple[Home, ...]
@@ -164,42 +180,3 @@ class LoweredModel:
 
     def kernels(self) -> list[LKernel]:
         return [k for s in self.segments if isinstance(s, NpuSegment) for k in s.kernels]
-
-
-def lowered_text(m: LoweredModel) -> str:
-    """One line per kernel (``Kernel.__str__``), CPU segments by their ops; for --print-after."""
-    lines = [f"lowered @{m.name} for {m.target.name} ({len(m.segments)} segments)"]
-    for s in m.segments:
-        if isinstance(s, NpuSegment):
-            lines.append(f"npu segment {s.name} ({len(s.kernels)} kernels) in: {', '.join(s.inputs)} out: {', '.join(s.outputs)}")
-            for k in s.kernels:
-                lines.append(f"  {k.kernel}    # {k.name}: {'+'.join(k.ops)}" + (f" at {k.loc}" if k.loc else ""))
-        else:
-            ops = [n.op for n in s.graph.nodes if n.op != "const"]
-            lines.append(f"cpu segment {s.name} ({len(ops)} ops: {', '.join(ops)}) in: {', '.join(s.inputs)} out: {', '.join(s.outputs)}")
-    return "\n".join(lines) + "\n"
-
-
-def partition_text(m: LoweredModel) -> str:
-    """Where each graph node runs and, for the CPU, why."""
-    lines = [f"partition @{m.name} for {m.target.name}"]
-    for value, op, side, reason in m.placement:
-        lines.append(f"  %{value} = {op}: {side}" + (f"  ({reason})" if reason else ""))
-    return "\n".join(lines) + "\n" + lowered_text(m)
-
-
-def verify_lowered(m: LoweredModel) -> LoweredModel:
-    """VerifyError unless every kernel tensor lies inside a known buffer and every home is known."""
-    from npuc.errors import VerifyError
-
-    sizes = {b.name: b.nbytes for b in m.buffers}
-    for k in m.kernels():
-        for t in k.kernel.tensors():
-            if t.name not in sizes:
-                raise VerifyError(f"kernel {k.name}: tensor {t} names no buffer")
-            if t.numel and (t.addr < 0 or t.addr + t.span > sizes[t.name]):
-                raise VerifyError(f"kernel {k.name}: tensor {t} reaches outside its {sizes[t.name]}-byte buffer")
-    for h in m.homes:
-        if h.buffer not in sizes or h.offset + h.nbytes > sizes[h.buffer]:
-            raise VerifyError(f"value %{h.value} is stored outside its buffer {h.buffer}")
-    return m
