@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from npuc.codegen.kernel import EpilogueOp, LayerNormAttrs
+from npuc.kir.kernel import EpilogueOp, LayerNormAttrs
 from npuc.ir.graph import Node
 from npuc.ir.ops.resample import linear_weights
 from npuc.lower.context import LowerContext
