@@ -32,6 +32,7 @@ CASES = {
     "selu": (Fn(F.selu), (_randn(1, 3, 4, 4),), "elu"),
     "log1p": (Fn(lambda x: torch.log1p(x.abs())), (_randn(2, 5),), "log1p"),
     "flip": (Fn(lambda x: torch.flip(x, [0, 2])), (_randn(2, 3, 4),), "flip"),
+    "flip_outer": (Fn(lambda x: torch.flip(x, [0, 1]) * 2), (_randn(2, 3, 4),), "flip"),
     "cumsum": (Fn(lambda x: torch.cumsum(x, 1)), (_randn(2, 7),), "cumsum"),
     "gather": (Fn(lambda x: torch.gather(x, 1, IDX)), (_randn(2, 5),), "gather"),
     "group_norm": (nn.GroupNorm(2, 4), (_randn(2, 4, 3, 3),), "group_norm"),
@@ -67,7 +68,7 @@ def test_op_imports_interprets_exactly_and_compiles(name):
 
 
 @pytest.mark.parametrize("name", ["elu", "selu", "bilinear", "bilinear_scale_1.5", "bilinear_align_corners",
-                                  "group_norm", "instance_norm", "flip", "cumsum"])
+                                  "group_norm", "instance_norm", "flip_outer", "cumsum"])
 def test_on_the_npu(name):
     model, inputs, _ = CASES[name]
     art = npuc.compile(model.eval(), inputs)
