@@ -29,6 +29,11 @@ def _log1p(ctx: ConvertContext, a: dict) -> Value:
     return ctx.add("log1p", (ctx.value(a["self"], ctx.out_dtype()),))
 
 
+@rule("expm1", "aten.expm1.default")
+def _expm1(ctx: ConvertContext, a: dict) -> Value:
+    return ctx.add("expm1", (ctx.value(a["self"], ctx.out_dtype()),))
+
+
 @rule("flip", "aten.flip.default")
 def _flip(ctx: ConvertContext, a: dict) -> Value:
     x = ctx.value(a["self"])

@@ -297,6 +297,7 @@ _UNARY = {
     "reciprocal": ("torch.reciprocal(torch.abs({x}) + 0.5)", False),
     "pow": ("torch.pow({x}, 2)", False),
     "log1p": ("torch.log1p(torch.abs({x}))", False),
+    "expm1": ("torch.expm1(torch.clamp({x}, -4.0, 4.0))", False),
 }
 
 

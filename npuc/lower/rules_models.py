@@ -41,6 +41,14 @@ def lower_elu(ctx: LowerContext, node: Node):
     return single(k1, k2)
 
 
+@rule("expm1")
+def lower_expm1(ctx: LowerContext, node: Node):
+    """exp(x) - 1 as one eltwise kernel (fp16 on the NPU: the cancellation near 0 is within its error)."""
+    x, y = node.inputs[0], node.outputs[0]
+    epi = (EpilogueOp("exp"), EpilogueOp("add", scalar=-1.0))
+    return single(ctx.kernel(node, "eltwise", (ctx.tensor(x),), ctx.out(y), epilogue=epi))
+
+
 @rule("upsample_bilinear2d")
 def lower_bilinear(ctx: LowerContext, node: Node):
     a = node.attrs

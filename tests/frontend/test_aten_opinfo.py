@@ -159,6 +159,7 @@ HANDWRITTEN: dict[str, tuple[str, object, tuple]] = {
     # ops added for real models (issue 14); tests/regress/test_model_ops.py has more uses of each
     "aten.elu.default": ("checked with its three scalars", lambda x: F.elu(x, 0.7), (_X,)),
     "aten.log1p.default": ("checked on positive inputs", lambda x: torch.log1p(x.abs()), (_X,)),
+    "aten.expm1.default": ("CELU decomposes into it", lambda x: torch.expm1(x), (_X,)),
     "aten.flip.default": ("checked on two dims", lambda x: torch.flip(x, [0, -1]), (_X,)),
     "aten.cumsum.default": ("checked on a negative dim", lambda x: torch.cumsum(x, -1), (_X,)),
     "aten.gather.default": ("checked with a constant index", lambda x: torch.gather(x, 1, torch.zeros_like(x, dtype=torch.long)[:, :2]), (_X,)),

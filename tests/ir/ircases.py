@@ -333,6 +333,7 @@ case("elu_alpha", Case("elu", (x,), EluAttrs(0.7)), lambda: torch.where(x > 0, x
 case("elu_selu", Case("elu", (x,), EluAttrs(1.6732632423543772, 1.0507009873554805)),
      lambda: 1.0507009873554805 * torch.where(x > 0, x, 1.6732632423543772 * (torch.exp(x) - 1)))
 case("log1p", Case("log1p", (pos,)), lambda: torch.log(1 + pos.double()).float())
+case("expm1", Case("expm1", (x,)), lambda: (torch.exp(x.double()) - 1).float())
 case("flip_two_dims", Case("flip", (xs,), FlipAttrs((0, 2))), lambda: xs[[1, 0]][:, :, list(range(6, -1, -1))])
 case("cumsum_dim2", Case("cumsum", (xs,), CumsumAttrs(2)), lambda: xs @ torch.triu(torch.ones(7, 7)))
 case("cumsum_i32", Case("cumsum", (xi,), CumsumAttrs(0)),

@@ -483,6 +483,7 @@ ENTRIES: dict[tuple[str, str], Entry] = {
     ("exp", ""): Entry("exp", unary("exp")),
     ("log", ""): Entry("log", unary("log")),
     ("log1p", ""): Entry("log1p", unary("log1p")),
+    ("expm1", ""): Entry("expm1", unary("expm1")),
     ("sqrt", ""): Entry("sqrt", unary("sqrt")),
     ("rsqrt", ""): Entry("rsqrt", unary("rsqrt")),
     ("neg", ""): Entry("neg", unary("neg")),

@@ -31,6 +31,7 @@ CASES = {
     "elu": (Fn(lambda x: F.elu(x, 0.7)), (_randn(2, 5),), "elu"),
     "selu": (Fn(F.selu), (_randn(1, 3, 4, 4),), "elu"),
     "log1p": (Fn(lambda x: torch.log1p(x.abs())), (_randn(2, 5),), "log1p"),
+    "celu": (Fn(lambda x: F.celu(x, 0.5)), (_randn(2, 5),), "expm1"),
     "flip": (Fn(lambda x: torch.flip(x, [0, 2])), (_randn(2, 3, 4),), "flip"),
     "flip_outer": (Fn(lambda x: torch.flip(x, [0, 1]) * 2), (_randn(2, 3, 4),), "flip"),
     "cumsum": (Fn(lambda x: torch.cumsum(x, 1)), (_randn(2, 7),), "cumsum"),

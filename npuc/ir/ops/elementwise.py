@@ -280,6 +280,7 @@ register(
 )
 
 _unary("log1p", "log(1 + x), accurate for small x", torch.log1p)
+_unary("expm1", "exp(x) - 1, accurate for small x", torch.expm1)
 
 
 @dataclass(frozen=True)
