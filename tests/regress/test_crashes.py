@@ -92,3 +92,17 @@ def test_int8_mean_over_every_dim_is_a_scalar():
     art = npuc.compile(Mean().eval(), (x,), quantize="int8", calibration=[(x,)])
     (y,) = art.run(x)
     assert y.shape == () and abs(float(y) - float(x.mean())) < 0.02
+
+
+def test_a_constant_output_is_refused_with_a_sentence():
+    # found by the random graphs: a KeyError in the partition
+    class ConstOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("c", torch.randn(1, 3))
+
+        def forward(self, x):
+            return torch.mean(self.c, dim=[0, 1])
+
+    with pytest.raises(NpucError, match="is a constant that does not depend on the inputs"):
+        npuc.compile(ConstOut().eval(), (torch.randn(3, 1),))
