@@ -159,7 +159,10 @@ class Artifact:
         return self.npub.to_bytes()
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.to_bytes())
+        """Write the .npub to ``path`` atomically (a failed write leaves an older file whole)."""
+        from npuc.fileio import write_atomic
+
+        write_atomic(path, self.to_bytes(), "the binary")
 
     def run(self, *inputs: torch.Tensor, observe=None) -> list[torch.Tensor]:
         """Outputs of the model on ``inputs`` (fp32 tensors; shapes and dtypes are checked).
@@ -232,7 +235,13 @@ def target_of(npub: Npub):
         raise BinaryFormatError(
             f"the binary does not describe its target '{npub.target_name}'; pass target= to load it"
         )
-    t = target_from_dict(json.loads(doc), source="the binary's metadata")
+    try:
+        desc = json.loads(doc)
+    except ValueError as e:
+        raise BinaryFormatError(f"the target description in the binary's metadata is not JSON: {e}") from None
+    if not isinstance(desc, dict):
+        raise BinaryFormatError("the target description in the binary's metadata is not a JSON object")
+    t = target_from_dict(desc, source="the binary's metadata")
     if t.fingerprint() != npub.target_fingerprint:
         raise BinaryFormatError("the target description in the binary's metadata does not match its fingerprint")
     return t
@@ -260,8 +269,9 @@ def compile(  # noqa: A001 (the API's name)
     ``convert_pt2e``, or its export), which compiles to int8 as it is.
     ``quantize="int8"`` or ``quantize=QuantOptions(...)`` quantizes the model for the target first
     (docs/quantization.md): the NpuQuantizer's ranges come from running ``calibration``, a list of
-    samples (each a tuple of input tensors like ``example_inputs``; None: the example inputs
-    alone), and the int8 graph runs on the NPU bit for bit as npuc's integer reference interpreter
+    samples (each a tuple of input tensors like ``example_inputs``; required: ranges from the
+    example input alone would fit that one input and nothing else, so None is refused as the CLI
+    refuses it), and the int8 graph runs on the NPU bit for bit as npuc's integer reference interpreter
     computes it; ``art.run`` still takes and returns float tensors (quantized and dequantized at
     the edges).  ``runner_opts`` are the pipeline runner's: ``verify_each``, ``print_after``
     (stage names), ``print_after_all``, ``dump_dir``, ``out``.
@@ -300,6 +310,10 @@ def compile(  # noqa: A001 (the API's name)
     unknown = set(runner_opts) - {"verify_each", "print_after_all", "dump_dir", "out"}
     if unknown:
         raise NpucError(f"compile() got unknown options: {', '.join(sorted(unknown))}")
+    if runner_opts.get("dump_dir") is not None:  # checked before the work, not after it
+        from npuc.fileio import make_dir
+
+        make_dir(runner_opts["dump_dir"], "the dump folder")
     if onnx_model is not None:
         from npuc.frontend import import_graph
 
@@ -396,7 +410,9 @@ def compile_graph(g, target=None, quantize: str | None = None, host_code: bool =
 
 
 def load(path: str | Path | bytes, target=None) -> Artifact:
-    """Load and validate a .npub; with ``target``, refuse a binary built for another target."""
+    """Load and validate a .npub; with ``target``, refuse a binary built for another target.
+    Without it, the binary runs on the target its metadata describes, checked the same way
+    (fingerprint, memories); its CPU segments' bindings are checked against their graphs."""
     if isinstance(path, (bytes, bytearray)):
         data, source = bytes(path), None
     else:
@@ -415,5 +431,10 @@ def load(path: str | Path | bytes, target=None) -> Artifact:
         return instrs
 
     npub = load_npub(data, expected_target=expected, source=source, decode_code=decode)
-    tgt = expected if expected is not None else target_of(npub)
+    tgt = expected
+    if tgt is None:  # the target the binary names is checked as a given one would be
+        from npuc.runtime.npub_validate import check_fits_target
+
+        tgt = target_of(npub)
+        check_fits_target(npub, tgt, source)
     return Artifact(npub, tgt, None, tuple(decoded))

@@ -8,64 +8,28 @@ status 1; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from npuc.errors import NpucError
-
-# Wide enough for the per-layer tables when the output is a file or a pipe (rich assumes 80).
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, highlight=False)
-
-MODEL_HELP = (
-    "MODEL is a zoo entry (e.g. torchvision:resnet18, transformers:bert-tiny; see `npuc zoo`), "
-    "a user file path/to/file.py:function whose function returns (model, example_inputs), "
-    "a .pt2 file saved by torch.export.save (float, or already quantized with PT2E), "
-    "or an ONNX file path/to/model.onnx (shapes from the file; size dynamic dimensions with --input-shape)."
+from npuc.cli_base import (  # noqa: F401 (the shared helpers, also npuc.cli's own names)
+    console,
+    err_console,
+    MODEL_HELP,
+    echo_json,
+    _status,
+    input_shape_option,
+    _shapes,
+    user_errors,
+    DEFAULT_CALIBRATION,
+    _calibration_samples,
+    load_calibration_npz,
+    _zero_inputs,
 )
-
-
-def echo_json(doc) -> None:
-    """Print ``doc`` as JSON on stdout (raw: never wrapped or cut)."""
-    click.echo(json.dumps(doc, indent=1))
-
-
-def _status(message: str, quiet: bool):
-    """A rich status line, or nothing when the output is JSON."""
-    return contextlib.nullcontext() if quiet else console.status(message)
-
-
-def input_shape_option(fn):
-    """The --input-shape NAME=D0,D1,... option of commands taking an ONNX MODEL."""
-    return click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D0,D1,...",
-                        help="The shape of an ONNX model's input with dynamic dimensions (repeatable).")(fn)
-
-
-def _shapes(input_shape):
-    from npuc.frontend.onnx_model import parse_input_shapes
-
-    return parse_input_shapes(input_shape) if input_shape else None
-
-
-def user_errors(fn):
-    """Turn an NpucError into a one-line message and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NpucError as e:
-            err_console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
-            sys.exit(1)
-
-    return wrapper
-
+from npuc.errors import NpucError
+from npuc.fileio import check_output_path, read_bytes, read_text, write_atomic
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="npuc")
@@ -112,9 +76,11 @@ def import_cmd(model, emit_ir, print_after, print_after_all, dump_dir, no_passes
 
     from npuc.frontend import import_graph
     from npuc.interp import interpret
-    from npuc.pipeline import run_graph_passes
+    from npuc.pipeline import check_graph_options, run_graph_passes
     from npuc.zoo import load_model
 
+    if not no_passes:
+        check_graph_options(print_after, dump_dir)
     module, inputs = load_model(model, _shapes(input_shape))
     with console.status(f"importing {model}"):
         raw = import_graph(module, inputs, name=model)
@@ -205,7 +171,7 @@ def ops_cmd(write, onnx_ops, as_json):
     if write is not None:
         from npuc.ir.opdoc import ops_markdown
 
-        write.write_text(ops_markdown())
+        write_atomic(write, ops_markdown(), "the ops table")
         console.print(f"wrote {write}")
 
 
@@ -316,9 +282,10 @@ def asm_cmd(source, output):
     """Assemble NPU assembly text into encoded instructions."""
     from npuc.isa import assemble, encode_program
 
-    program = assemble(source.read_text())
+    check_output_path(output, "the code")
+    program = assemble(read_text(source, "the assembly"))
     data = encode_program(program)
-    output.write_bytes(data)
+    write_atomic(output, data, "the code")
     console.print(f"{len(program)} instructions, {len(data)} bytes -> {output}")
 
 
@@ -331,7 +298,7 @@ def disasm_cmd(binary):
     from npuc.isa import decode_program, disassemble
     from npuc.runtime.npub import MAGIC
 
-    data = binary.read_bytes()
+    data = read_bytes(binary, "the code")
     if data.startswith(MAGIC[:4]):
         import npuc
         from npuc.report.inspect import disassemble_npub
@@ -397,6 +364,7 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
 
+    check_output_path(output, "the binary")
     module, inputs = _load_compile_model(model, input_files, _shapes(input_shape))
     options = _quant_options(quantize, per_tensor, symmetric_activations, observer, float_ops)
     samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
@@ -418,9 +386,6 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
         console.print(f"{len(report.cpu_ops)} ops run on the CPU (--explain says which and why)")
     times = ", ".join(f"{n} {s:.2f}s" for n, s in report.stage_seconds)
     console.print(f"stage times: {times}", soft_wrap=True, markup=False)
-
-
-DEFAULT_CALIBRATION = 8
 
 
 def _load_compile_model(model: str, input_files, input_shapes=None):
@@ -460,55 +425,15 @@ def _quant_options(quantize, per_tensor, symmetric_activations, observer, float_
                         observer=observer or "minmax", **kwargs)
 
 
-def _calibration_samples(model: str, inputs, quantize, count, data_file):
-    """The calibration samples of an int8 compile: from a .npz, or ``count`` draws of the zoo
-    model's input generator (seeds 1..count); None without --quantize."""
-    if quantize is None:
-        if count is not None or data_file is not None:
-            raise click.UsageError("--calibration and --calibration-data need --quantize int8")
-        return None
-    if count is not None and data_file is not None:
-        raise click.UsageError("give either --calibration N or --calibration-data FILE, not both")
-    if data_file is not None:
-        return load_calibration_npz(data_file, len(inputs))
-    from npuc.zoo import ZOO
-
-    n = DEFAULT_CALIBRATION if count is None else count
-    if model not in ZOO:
-        raise click.UsageError(f"{model} is not a zoo model: give its calibration samples with --calibration-data FILE.npz")
-    return [ZOO[model].make_inputs(seed) for seed in range(1, n + 1)]
-
-
-def load_calibration_npz(path: Path, n_inputs: int) -> list[tuple]:
-    """Samples from a .npz holding one array per model input (in file order), each with a leading
-    sample dimension: sample k is (arr_0[k], arr_1[k], ...)."""
-    import numpy as np
-    import torch
-
-    try:
-        data = np.load(path)
-    except (OSError, ValueError) as e:
-        raise NpucError(f"cannot read calibration data '{path}': {e}") from None
-    arrays = [data[k] for k in data.files]
-    if len(arrays) != n_inputs:
-        raise NpucError(f"calibration data '{path}' holds {len(arrays)} arrays; the model takes {n_inputs} inputs")
-    counts = {a.shape[0] if a.ndim else 0 for a in arrays}
-    if len(counts) != 1 or 0 in counts:
-        raise NpucError(f"calibration arrays in '{path}' must share a leading sample dimension (got shapes "
-                        f"{[list(a.shape) for a in arrays]})")
-    return [tuple(torch.from_numpy(np.ascontiguousarray(a[k])) for a in arrays) for k in range(counts.pop())]
-
-
 # ------------------------------------------------------------------------------------ run
 
 
 def _inputs_for(art, input_files, model, input_shapes=None):
     """Inputs from .npy files, else the zoo model's (or the ONNX model's) example inputs (seed 0)."""
-    import numpy as np
     import torch
 
     if input_files:
-        return tuple(torch.from_numpy(np.load(f)) for f in input_files)
+        return tuple(torch.from_numpy(a) for f in input_files for a in load_input_arrays(Path(f)))
     name = model or art.model_name
     from npuc.zoo import ZOO
 
@@ -521,10 +446,29 @@ def _inputs_for(art, input_files, model, input_shapes=None):
     raise click.UsageError("give the inputs with --input file.npy (one per model input) or name a zoo model with --model")
 
 
+def load_input_arrays(path: Path) -> list:
+    """The arrays of an input file: a .npy holds one model input, a .npz one per model input (in
+    the file's order); NpucError naming the file when it cannot be read as such."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            arrays = [data[k] for k in data.files] if isinstance(data, np.lib.npyio.NpzFile) else [data]
+    except OSError as e:
+        raise NpucError(f"cannot read the input file '{path}': {e.strerror or e}") from None
+    except (ValueError, EOFError, KeyError) as e:
+        raise NpucError(f"cannot read the input file '{path}' as .npy or .npz: {e}") from None
+    for a in arrays:
+        if a.dtype.hasobject or a.dtype.kind not in "biuf":
+            raise NpucError(f"the input file '{path}' holds a {a.dtype} array; inputs are numeric tensors")
+    return [np.ascontiguousarray(a) for a in arrays]
+
+
 @main.command("run")
 @click.argument("binary", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--input", "input_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="A .npy file per model input, in order.")
+              help="A .npy file per model input, in order, or a .npz holding one array per model input.")
 @click.option("--model", default=None, help="The model the binary was compiled from, to check the outputs against "
               "PyTorch eager (default: the zoo model named in the binary, if any).")
 @click.option("--target", "target", default=None, metavar="NAME|FILE", help="Run on this target (checked).")
@@ -566,7 +510,7 @@ def run_cmd(binary, input_files, model, target, as_json, input_shape):
         verdict = "[green]ok[/]" if c.ok else "[red]TOO FAR[/]"
         console.print(f"output {i} vs PyTorch eager fp32: relative L2 error {c.rel_error:.2e} (PyTorch fp16 itself: "
                       f"{c.fp16_rel_error:.2e}; tolerance {c.tolerance:.2e}), max abs error {c.max_abs_error:.3g}"
-                      f"{top1}: {verdict}")
+                      f"{top1}: {verdict}" + (f" ({c.note})" if c.note else ""), soft_wrap=True)
         ok = ok and c.ok
     if not ok:
         sys.exit(1)
@@ -617,6 +561,8 @@ def profile_cmd(binary, trace, target, as_json, csv_dir):
     """Per-layer cycles, utilization, traffic and energy of a .npub, and the totals."""
     import npuc
 
+    if trace is not None:
+        check_output_path(trace, "the trace")
     art = npuc.load(binary, target=target)
     with _status("simulating", as_json):
         prof = art.profile(*_zero_inputs(art))
@@ -635,13 +581,6 @@ def profile_cmd(binary, trace, target, as_json, csv_dir):
         notes.append(f"csv -> {paths[0]}, {paths[1]}")
     for note in notes:
         (err_console if as_json else console).print(note, soft_wrap=True)
-
-
-def _zero_inputs(art):
-    """Inputs of the right shapes and types (timing does not depend on the values)."""
-    from npuc.artifact import zero_inputs
-
-    return zero_inputs(art)
 
 
 # ------------------------------------------------------------------------------------ explore
@@ -756,7 +695,8 @@ def demo_cmd(model, target, input_shape):
     for i, c in enumerate(checks):
         verdict = "[green]within fp16 tolerance[/]" if c.ok else "[red]OUTSIDE fp16 tolerance[/]"
         console.print(f"output {i}: relative L2 error vs PyTorch fp32 {c.rel_error:.2e} (tolerance {c.tolerance:.2e}, "
-                      f"PyTorch fp16 {c.fp16_rel_error:.2e}): {verdict}")
+                      f"PyTorch fp16 {c.fp16_rel_error:.2e}): {verdict}" + (f" ({c.note})" if c.note else ""),
+                      soft_wrap=True)
     with console.status("profiling"):
         prof = art.profile(*inputs)
     _print_profile(prof, f"{model} on {art.target.name}")
@@ -780,14 +720,16 @@ def sim_cmd(program, target_name, dram_file, trace):
     from npuc.runtime.sim.trace import write_perfetto_trace
     from npuc.targets import DEFAULT_TARGET, load_target
 
+    if trace is not None:
+        check_output_path(trace, "the trace")
     tgt = load_target(target_name or DEFAULT_TARGET)
-    data = program.read_bytes()
+    data = read_bytes(program, "the program")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     instrs = assemble(text) if text is not None and _looks_like_asm(text) else decode_program(data)
-    dram = dram_file.read_bytes() if dram_file is not None else None
+    dram = read_bytes(dram_file, "the DRAM image") if dram_file is not None else None
     r = simulate(instrs, tgt, dram)
     t = Table(title=f"{program.name} on {tgt.name}: {len(instrs)} instructions")
     t.add_column("unit")

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from npuc.cli import MODEL_HELP, _calibration_samples, _zero_inputs, console, echo_json, user_errors
+from npuc.cli_base import MODEL_HELP, _calibration_samples, _zero_inputs, console, echo_json, user_errors
 
 
 # ------------------------------------------------------------------------------------ inspect

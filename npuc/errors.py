@@ -63,3 +63,8 @@ class ExploreError(NpucError):
     """A design-space sweep is malformed: an unknown key, a bad value, an unknown objective."""
 class MissingExtraError(NpucError):
     """An optional dependency of npuc is not installed; the message names what to install."""
+
+
+class FileError(NpucError):
+    """A file or folder npuc was asked to read or write could not be (missing, not a folder,
+    no permission, no space...); the message names the path."""

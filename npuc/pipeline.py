@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import torch
 
-from npuc.errors import CompileError, VerifyError
+from npuc.errors import CompileError, NpucError, VerifyError
 from npuc.ir.graph import Graph
 from npuc.ir.text import print_graph
 from npuc.ir.verify import verify
@@ -126,11 +126,23 @@ def run_stages(ir: Any, stages: Sequence[Stage], opts: RunOptions, *, first_inde
 
 def dump_stage(ir: Any, stage: Stage, dump_dir: Path, index: int, name: str | None = None) -> None:
     """Write ``NN-<stage><suffix>`` (and ``NN-<stage>.constants.json``) into ``dump_dir``."""
-    dump_dir.mkdir(parents=True, exist_ok=True)
+    from npuc.fileio import make_dir, write_atomic
+
+    make_dir(dump_dir, "the dump folder")
     base = f"{index:02d}-{name or stage.name}"
-    (dump_dir / f"{base}{stage.suffix}").write_text(stage.text(ir))
+    write_atomic(dump_dir / f"{base}{stage.suffix}", stage.text(ir), "an IR dump")
     if stage.manifest is not None:
-        (dump_dir / f"{base}.constants.json").write_text(stage.manifest(ir))
+        write_atomic(dump_dir / f"{base}.constants.json", stage.manifest(ir), "an IR dump")
+
+
+def check_graph_options(print_after: Sequence[str], dump_dir: Path | str | None) -> None:
+    """The graph runner's options checked before any work: stage names exist, the dump folder
+    can be made."""
+    check_stage_names(tuple(print_after), ["import"] + [p.__name__ for p in GRAPH_PASSES])
+    if dump_dir is not None:
+        from npuc.fileio import make_dir
+
+        make_dir(dump_dir, "the dump folder")
 
 
 def check_stage_names(names: Sequence[str], known: Sequence[str]) -> None:
@@ -188,12 +200,25 @@ def import_onnx(model: Any, input_shapes=None, *, name: str | None = None, fixed
     return run_graph_passes(g, **runner_opts)
 
 
+RUNNER_OPTIONS = ("verify_each", "print_after", "print_after_all", "dump_dir", "out", "records")
+
+
 def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: tuple | None = None, *,
-                 name: str | None = None, **runner_opts: Any) -> Graph:
+                 name: str | None = None, strict: bool = False, dynamic_shapes: Any = None,
+                 **runner_opts: Any) -> Graph:
     """The optimized graph of ``model`` (an nn.Module exported here, an ExportedProgram, or a
-    model quantized with PT2E): imported, then the graph passes."""
+    model quantized with PT2E): imported, then the graph passes.
+
+    ``strict`` and ``dynamic_shapes`` go to torch.export for a module (a dynamic dimension is
+    refused with its name: npuc compiles static shapes); ``runner_opts`` are the runner's
+    (RUNNER_OPTIONS)."""
     from npuc.frontend.models import program_inputs
 
+    unknown = sorted(set(runner_opts) - set(RUNNER_OPTIONS))
+    if unknown:
+        raise NpucError(f"import_model() got unknown options: {', '.join(unknown)}; it takes name, strict, "
+                        f"dynamic_shapes and the runner's {', '.join(RUNNER_OPTIONS)}")
+    check_graph_options(runner_opts.get("print_after", ()), runner_opts.get("dump_dir"))
     if example_inputs is None:
         if not isinstance(model, torch.export.ExportedProgram):
             raise CompileError("import_model() needs example inputs for a module (only an ExportedProgram carries its own)")
@@ -201,7 +226,13 @@ def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     default = "main" if isinstance(model, torch.export.ExportedProgram) else type(model).__name__
-    g = run_frontend(model, tuple(example_inputs), name=name or default)
+    if isinstance(model, torch.nn.Module) and (strict or dynamic_shapes is not None):
+        from npuc.frontend import import_graph
+
+        g = import_graph(model, tuple(example_inputs), name=name or default, strict=strict,
+                         dynamic_shapes=dynamic_shapes)
+    else:
+        g = run_frontend(model, tuple(example_inputs), name=name or default)
     return run_graph_passes(g, **runner_opts)
 
 
@@ -221,11 +252,11 @@ def _program_text(x: Any) -> str:
 
 
 def _verify_converted(gm: Any) -> None:
-    """VerifyError when a converted module holds no quantize/dequantize op at all."""
-    from npuc.frontend.quantized import is_quantized
-
-    if not is_quantized(gm.graph):
-        raise VerifyError("the quantized module holds no quantize/dequantize op: nothing was quantized")
+    """VerifyError when the converted module is not a graph module.  One with no quantize or
+    dequantize op is legal: every op of the model stayed float (float_ops, or ops the NPU has no
+    int8 kernel for), and they run as float islands."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise VerifyError(f"the quantize stage returned a {type(gm).__name__}, not a torch.fx.GraphModule")
 
 
 def run_frontend(
@@ -259,6 +290,12 @@ def run_frontend(
     if kind in ("quantized-program", "quantized-module") and quantize is not None:
         raise CompileError("the model is already quantized (it holds PT2E quantize/dequantize ops): "
                            "compile it without quantize options")
+    if quantize is not None and calibration is None:
+        raise NpucError(
+            "quantize needs calibration samples: pass calibration=[(x1, ...), (x2, ...), ...], inputs like "
+            "the example inputs from your data (the example input alone would fit the int8 ranges to that "
+            "one input)"
+        )
 
     def stage(name_: str, fn: Callable[[Any], Any], x: Any, verify_fn: Callable[[Any], Any] = lambda _: None) -> Any:
         if on_stage is not None:

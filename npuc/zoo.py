@@ -283,8 +283,26 @@ def _load_user_file(spec: str) -> ModelAndInputs:
     fn = getattr(module, func_name, None)
     if not callable(fn):
         raise ModelSpecError(f"model file '{path}' defines no function '{func_name}'")
-    result = fn()
+    try:
+        result = fn()
+    except Exception as e:  # the user's function failed; say where, without npuc's traceback
+        raise ModelSpecError(
+            f"{func_name}() of model file '{path}' raised {type(e).__name__}: {e}{_user_line(e, path)}"
+        ) from e
     return _check_user_result(result, spec)
+
+
+def _user_line(e: BaseException, path: Path) -> str:
+    """' (at file.py:LINE: code)' for the deepest frame of ``e`` in the user's file, or ''."""
+    import traceback
+
+    target = str(path.resolve())
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename and Path(f.filename).resolve() == Path(target)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    code = f": {f.line.strip()}" if f.line else ""
+    return f" (at {path.name}:{f.lineno}{code})"
 
 
 def _import_file(path: Path):

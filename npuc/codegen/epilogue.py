@@ -467,6 +467,22 @@ def load_operand(em: Any, pieces: Sequence[Piece], rows: int, cols: int, dtype: 
     return Tile(addr, rows, cols, dtype)
 
 
+def load_step_operand(em: Any, e: EpilogueOp, pieces: Sequence[Piece], rows: int, cols: int, addr: int,
+                      capacity: int) -> Tile:
+    """Load the operand of epilogue step ``e`` (:func:`load_operand`) in the form the step uses:
+    a divisor is turned into its reciprocal once, right after the load, so the loaded tile is
+    never changed by the step itself and a kernel may keep it for later tiles."""
+    opnd = load_operand(em, pieces, rows, cols, e.operand.dtype, addr, capacity)
+    if e.op == "div" and not e.operand_first:
+        emit_vun(em, _stored_part(opnd), "reciprocal")
+    return opnd
+
+
+def _stored_part(t: Tile) -> Tile:
+    """The elements a broadcasting tile really stores (one row, one column or one element)."""
+    return Tile(t.addr, 1 if t.s1 == 0 else t.rows, 1 if t.s0 == 0 else t.cols, t.dtype, space=t.space)
+
+
 def load_epilogue_operands(em: Any, epilogue: Sequence[EpilogueOp], bufs: EpilogueBuffers,
                            blocks: Sequence[Sequence[Piece] | None], rows: int, cols: int) -> tuple[Tile | None, ...]:
     """Load the operand block of every step (``blocks[i]``: the pieces of step i's operand for
@@ -479,7 +495,7 @@ def load_epilogue_operands(em: Any, epilogue: Sequence[EpilogueOp], bufs: Epilog
             continue
         if slot is None or blk is None:
             raise CompileError(f"internal error: epilogue step {e} has no buffer or block")
-        out.append(load_operand(em, blk, rows, cols, e.operand.dtype, slot[0], slot[1]))
+        out.append(load_step_operand(em, e, blk, rows, cols, slot[0], slot[1]))
     return tuple(out)
 
 
@@ -584,11 +600,10 @@ def _operand_step(em: Any, e: EpilogueOp, tile: Tile, opnd: Tile) -> None:
     elif e.op == "sub":
         emit_vbin(em, tile, "sub", opnd, tile) if e.operand_first else emit_vbin(em, tile, "sub", tile, opnd)
     elif e.op == "div":
+        # operand / x: the reciprocal of the tile; x / operand: the operand was loaded as its
+        # reciprocal (load_step_operand), so the step never changes a tile a kernel may keep.
         if e.operand_first:
             emit_vun(em, tile, "reciprocal")
-        else:
-            stored = Tile(opnd.addr, 1 if opnd.s1 == 0 else opnd.rows, 1 if opnd.s0 == 0 else opnd.cols, opnd.dtype, space=opnd.space)
-            emit_vun(em, stored, "reciprocal")
         emit_vbin(em, tile, "mul", tile, opnd)
     else:
         raise CompileError(f"epilogue op '{e.op}' with a tensor operand is not supported")

@@ -132,6 +132,9 @@ def _name_duplicate_outputs(segments, outputs, written) -> list[Segment]:
         return segments
     out = []
     for s in segments:
+        if s.kind == SegmentKind.CPU:  # its outputs are its subgraph's; the alias is stored with it
+            out.append(s)
+            continue
         more = [n for v in s.outputs for n in extra.get(v, [])]
         out.append(dataclasses.replace(s, outputs=tuple(s.outputs) + tuple(more)) if more else s)
     return out

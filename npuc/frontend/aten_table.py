@@ -310,11 +310,13 @@ def _where(ctx: ConvertContext, a: dict) -> Value:
 # ------------------------------------------------------------------------------ linear algebra
 
 
-@rule("conv2d", "aten.convolution.default")
+@rule("conv2d, conv_transpose2d", "aten.convolution.default")
 def _convolution(ctx: ConvertContext, a: dict) -> Value:
     """2-D convolution; an unbatched input gains N = 1 and a 1-D convolution runs as 2-D over H = 1."""
     if a["transposed"]:
-        raise Unsupported("transposed convolution has no graph op")
+        from npuc.frontend.aten_models import conv_transpose
+
+        return conv_transpose(ctx, a)
     x, w = ctx.value(a["input"]), ctx.value(a["weight"])
     bias = [] if a["bias"] is None else [ctx.value(a["bias"])]
     spatial = w.type.rank - 2
@@ -713,5 +715,7 @@ def _index(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(picked, shape)
 
 
-# The quantize/dequantize ops of quantized programs (npuc.frontend.quantized) register here too.
+# The quantize/dequantize ops of quantized programs (npuc.frontend.quantized) and the ops of
+# npuc.frontend.aten_models register here too.
+import npuc.frontend.aten_models  # noqa: E402,F401
 import npuc.frontend.quantized  # noqa: E402,F401

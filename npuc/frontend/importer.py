@@ -38,7 +38,7 @@ import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from npuc.errors import UnsupportedOpError, VerifyError
+from npuc.errors import NpucError, UnsupportedOpError, VerifyError
 from npuc.frontend.aten_table import ATEN_TABLE
 from npuc.frontend.context import ConvertContext, Dropped, Folded, Unsupported, bind_arguments
 from npuc.frontend.export import export_program
@@ -214,6 +214,11 @@ class _Importer:
         spec = self.specs.get(node.name)
         if spec is None or spec.kind == InputKind.USER_INPUT:
             val = node.meta["val"]
+            if isinstance(val, torch.Tensor) and val.numel() == 0:
+                raise NpucError(
+                    f"model input '{node.name}' has shape {list(val.shape)}, which holds no element: npuc "
+                    "compiles tensors of at least one element (give an example input with every dimension >= 1)"
+                )
             return self.builder.input(TensorType.of(val), name=node.name)
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             tensor = self.ep.state_dict.get(spec.target)

@@ -142,7 +142,9 @@ class CompiledPiece:
         if art is None:
             frozen = freeze(self.gm, self.kinds, args).eval()
             quantize = self.options.get("quantize")
-            calibration = self.options.get("calibration") if quantize is not None else None
+            calibration = None
+            if quantize is not None:  # the documented default: the inputs of the first call
+                calibration = self.options.get("calibration") or [tuple(x.detach() for x in user)]
             with torch.no_grad():
                 art = npuc.compile(frozen, tuple(x.detach() for x in user), target=self.options.get("target"),
                                    quantize=quantize, calibration=calibration, name=self.gm.__class__.__name__)

@@ -141,7 +141,7 @@ class Field:
             except KeyError:
                 raise ValueError(f"must be one of {', '.join(m.name for m in self.enum)}") from None
         if k == "f32":
-            return float(np.float32(float(text)))
+            return _f32_from_text(text)
         return int(text, 0)
 
     @property
@@ -182,6 +182,26 @@ def flag(name: str, doc: str, default: int = 0) -> Field:
 
 def choice(name: str, bits: int, cls: type[enum.IntEnum], doc: str, default: Default = None) -> Field:
     return Field(name, bits, "enum", doc, enum=cls, default=default)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _f32_from_text(text: str) -> float:
+    """An fp32 immediate from its text: rounded to the nearest fp32; ``inf``/``-inf`` are
+    infinities, but a finite number beyond fp32's range is refused rather than turned into one."""
+    value = float(text)
+    if math.isnan(value):
+        raise ValueError("must be a number, not NaN")
+    if math.isinf(value):
+        if text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+            raise ValueError(f"{text} is beyond the range of fp32 (largest {_F32_MAX:.8g}); write inf for an infinity")
+        return value
+    with np.errstate(over="ignore"):
+        rounded = float(np.float32(value))
+    if math.isinf(rounded):
+        raise ValueError(f"{text} is beyond the range of fp32 (largest {_F32_MAX:.8g}); write inf for an infinity")
+    return rounded
 
 
 def f32(name: str, doc: str, default: float | None = 0.0) -> Field:

@@ -92,9 +92,33 @@ def loop_problem(instrs: Sequence[Instr]) -> str | None:
     return None
 
 
+MAX_DYNAMIC = 1 << 24  # dynamic instructions a program may expand to (a simulator's limit)
+
+
+def dynamic_count(instrs: Sequence[Instr]) -> int:
+    """How many instructions the program runs once its LOOPs are expanded (without expanding)."""
+    total = 0
+    i, stack = 0, []  # stack: (end of a body, its multiplier)
+    mult = 1
+    for i, ins in enumerate(instrs):
+        while stack and i >= stack[-1][0]:
+            _, mult = stack.pop()
+        if ins.op == "LOOP":
+            stack.append((i + 1 + ins.args.body, mult))
+            mult *= ins.args.n
+        else:
+            total += mult
+    return total
+
+
 def expand(instrs: Sequence[Instr]) -> tuple[list[Instr], list[int]]:
     """The dynamic instruction stream of a program with LOOPs, and the encoded index each comes
-    from.  Raises FieldError when a strided field leaves its range in some iteration."""
+    from.  Raises FieldError when a strided field leaves its range in some iteration, or when
+    the program would run more than MAX_DYNAMIC instructions."""
+    count = dynamic_count(instrs)
+    if count > MAX_DYNAMIC:
+        raise FieldError(f"the program's LOOPs expand to {count:,} instructions, more than the simulator's "
+                         f"{MAX_DYNAMIC:,}")
     out: list[Instr] = []
     origin: list[int] = []
     _expand(instrs, 0, len(instrs), {}, out, origin)

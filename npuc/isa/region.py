@@ -67,6 +67,11 @@ class Region:
                 f"{self._what()}: bytes 0x{self.addr:x}..0x{self.end - 1:x} run past the end of the "
                 f"{mem_size}-byte memory"
             )
+        if self.nbytes > mem_size:  # broadcasts count: the simulator materializes the operand
+            return (
+                f"{self._what()}: {self.count:,} elements ({self.nbytes:,} bytes) are more than the "
+                f"{mem_size}-byte memory holds"
+            )
         if self.writes and not self.writes_each_once():
             return f"{self._what()}: the strides {self.strides} for shape {self.shape} write some element twice"
         return None

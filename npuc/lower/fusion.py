@@ -6,7 +6,8 @@ kernel C of the same NPU segment when
 * C reads P's result exactly (same tensor, the output's full shape), either as its input or as the
   DRAM operand of its first epilogue step (then the step's operands swap sides);
 * nothing else reads P's result: no other kernel, no CPU segment, not a model output;
-* C's other operands already exist when P runs (written before P, or outside the segment);
+* everything else C reads (its input or its operands) already exists when P runs (written before
+  P, or outside the segment): the fused kernel runs at P's place;
 * C's result has P's result's shape, and the fused kernel is accepted by its implementation.
 
 Then P's epilogue grows by C's steps and P writes C's result; P's result is never stored.  Chains
@@ -95,10 +96,12 @@ def _fusable_consumer(kernels: list[LKernel], i: int, pinned: set[str]) -> int |
         return None
     if _consumer_steps(c, p.output) is None:
         return None
-    for e in c.epilogue:  # other operands must exist before P runs
-        if e.operand is not None and e.operand.name != p.output.name:
-            if any(w >= i for w in _writers(kernels, e.operand.name)):
-                return None
+    # everything else C reads (its input too, which becomes an operand when the steps swap
+    # sides) must exist before P runs: the fused kernel runs at P's place in the program
+    reads = list(c.inputs) + [e.operand for e in c.epilogue if e.operand is not None]
+    for t in reads:
+        if t.name != p.output.name and any(w >= i for w in _writers(kernels, t.name)):
+            return None
     return j
 
 

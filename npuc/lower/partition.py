@@ -108,6 +108,12 @@ class _Pass:
     # ------------------------------------------------------------------ placement
 
     def run(self) -> LoweredModel:
+        for i, v in enumerate(self.g.outputs):
+            if v in self.ctx.const_of:  # found by the random graphs: it has no home to be stored in
+                raise CompileError(
+                    f"model output {i} (%{v.name}) is a constant that does not depend on the inputs: npuc "
+                    "compiles outputs computed from the inputs (return the constant from your own code)"
+                )
         for node in self.g.nodes:
             if node.op != "const":
                 self._place(node)

@@ -261,9 +261,10 @@ def lower_adaptive(ctx: LowerContext, node: Node):
     x, y = node.inputs[0], node.outputs[0]
     h, w = x.type.shape[2:]
     oh, ow = node.attrs.output_size
-    if h % oh or w % ow:
-        return (f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: windows of unequal sizes are not one "
-                "pooling window")
+    if h % oh or w % ow:  # windows of unequal sizes: a linear map of the rows and of the columns
+        from npuc.lower.rules_models import adaptive_weights, separable
+
+        return separable(ctx, node, adaptive_weights(h, oh), adaptive_weights(w, ow), "adaptive")
     out = ctx.out(y)
     if (oh, ow) == (1, 1):
         return global_mean(ctx, node, out)
@@ -394,3 +395,4 @@ VIEW_OPS = ops_with(Trait.VIEW)
 
 # The quantized graph ops register their rules in their own module.
 import npuc.lower.rules_int8  # noqa: E402,F401
+import npuc.lower.rules_models  # noqa: E402,F401

@@ -45,6 +45,11 @@ def _check_sample(index: int, sample: tuple, example: tuple) -> None:
     for j, (got, want) in enumerate(zip(sample, example)):
         if not isinstance(got, torch.Tensor):
             raise NpucError(f"input {j} of calibration sample {index} is a {type(got).__name__}, not a tensor")
+        if got.is_floating_point() and not bool(torch.isfinite(got).all()):
+            raise NpucError(
+                f"input {j} of calibration sample {index} holds NaN or infinity: calibration measures "
+                "activation ranges and needs finite values"
+            )
         if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
             raise NpucError(
                 f"input {j} of calibration sample {index} is a {got.dtype} tensor of shape {list(got.shape)}; "
@@ -53,7 +58,16 @@ def _check_sample(index: int, sample: tuple, example: tuple) -> None:
 
 
 def run_calibration(prepared: torch.nn.Module, samples: Sequence[tuple]) -> None:
-    """Run every sample through the observed model (no gradients)."""
+    """Run every sample through the observed model (no gradients); NpucError when an observed
+    range is not finite (the model computes NaN or infinity on a sample)."""
     with torch.no_grad():
         for sample in samples:
             prepared(*sample)
+    for name, module in prepared.named_modules():
+        lo, hi = getattr(module, "min_val", None), getattr(module, "max_val", None)
+        if isinstance(lo, torch.Tensor) and isinstance(hi, torch.Tensor) and lo.numel() and hi.numel():
+            if not (bool(torch.isfinite(lo).all()) and bool(torch.isfinite(hi).all())):
+                raise NpucError(
+                    f"calibration measured a range that is not finite at {name} (the model computes NaN or "
+                    "infinity on the calibration samples): int8 scales need finite activations"
+                )

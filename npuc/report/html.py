@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -277,20 +275,13 @@ class Page:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename."""
+    """Write ``text`` to ``path`` whole or not at all (npuc.fileio.write_atomic), making its
+    folder first; a FileError names the path when it cannot be written."""
+    from npuc.fileio import make_dir, write_atomic
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    make_dir(path.parent, "the folder")
+    write_atomic(path, text, "the file")
     return path
 
 

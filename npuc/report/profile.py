@@ -267,9 +267,10 @@ def program_labels(debug, n: int) -> tuple[str, ...]:
 
 def build_profile(npub, target, programs, runs: list[SegmentRun]) -> Profile:
     """The profile of one run (timing or functional) of ``npub``."""
-    meta = dict(npub.metadata.extra) if npub.metadata else {}
-    layer_meta = json.loads(meta.get("npuc.layers", "[]"))
-    cpu_meta = json.loads(meta.get("npuc.cpu", "[]"))
+    from npuc.runtime.npub_meta import profile_metadata
+
+    pm = profile_metadata(npub)
+    layer_meta, cpu_meta = pm.layers, pm.cpu
     layers: list[LayerProfile] = []
     all_labels = []
     for r in runs:

@@ -13,7 +13,6 @@ outputs (``npuc.quant.arith``, the ``quantize``/``dequantize`` ops' semantics).
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +25,7 @@ from npuc.isa import decode_program
 from npuc.isa.instr import Program
 from npuc.kir.storage import numpy_dtype, parse_layout
 from npuc.runtime.npub import BindingRole, Npub, RegionKind, SegmentKind
+from npuc.runtime.npub_meta import profile_metadata
 from npuc.runtime.sim import simulate
 from npuc.runtime.sim.result import SimResult
 
@@ -133,8 +133,9 @@ class Executor:
         self._cpu_graphs: dict[int, object] = {}
         self._host_modules: dict[int, object] = {}
         self.use_host_code = True  # False: interpret every CPU segment, even with host code present
-        meta = dict(npub.metadata.extra) if npub.metadata else {}
-        self.cpu_estimates = [row[1] for row in json.loads(meta.get("npuc.cpu", "[]"))]
+        self.cpu_estimates = [row[1] for row in profile_metadata(npub).cpu]
+        for i in range(len(npub.cpu_fallback)):
+            self._check_bindings(i)
         self.const_offset = next(
             (r.offset for r in npub.memory_plan.regions if r.kind == RegionKind.CONSTANTS), 0
         )
@@ -223,6 +224,26 @@ class Executor:
                             pass
                         break
         return self._host_modules[index]
+
+    def _check_bindings(self, index: int) -> None:
+        """Every input, output and constant of CPU subgraph ``index`` bound once, with its role
+        and its shape (BinaryFormatError otherwise): a run never meets a missing binding."""
+        sub = self.npub.cpu_fallback[index]
+        g = self._cpu_graph(index)
+        where = f"CPU subgraph '{sub.name}'"
+        roles: dict[str, list] = {}
+        for b in sub.bindings:
+            roles.setdefault(b.value, []).append(b)
+        for values, role in ((g.inputs, BindingRole.INPUT), (g.outputs, BindingRole.OUTPUT)):
+            for v in values:
+                bound = [b for b in roles.get(v.name, []) if b.role == role]
+                if len(bound) != 1:
+                    raise BinaryFormatError(f"{where}: its {role.name.lower()} %{v.name} has {len(bound)} "
+                                            f"{role.name} bindings, not one")
+                b = bound[0]
+                if logical_shape(b.type) != tuple(v.type.shape):
+                    raise BinaryFormatError(f"{where}: %{v.name} is {list(v.type.shape)} in the graph but bound as "
+                                            f"{list(logical_shape(b.type))}")
 
     def _run_cpu(self, index: int, dram: np.ndarray) -> None:
         sub = self.npub.cpu_fallback[index]

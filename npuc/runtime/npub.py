@@ -516,12 +516,10 @@ def load_npub(
 
 
 def save_npub(npub: Npub, path: str | Path) -> None:
-    """Write ``npub`` to ``path``."""
-    data = npub.to_bytes()
-    try:
-        Path(path).write_bytes(data)
-    except OSError as e:
-        raise BinaryFormatError(f"{path}: cannot write the container: {e.strerror}") from None
+    """Write ``npub`` to ``path`` atomically (npuc.fileio.write_atomic)."""
+    from npuc.fileio import write_atomic
+
+    write_atomic(path, npub.to_bytes(), "the container")
 
 
 def read_npub(

@@ -116,6 +116,14 @@ def small_candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
     return out
 
 
+MAX_TILE = 0xFFFF  # a tile's extents are DMA and MATMUL counts: 16-bit fields of the ISA
+
+
+def _expressible(t: ArrayTiling) -> bool:
+    """Every extent of the tile fits the instruction fields that move and compute it."""
+    return max(t.th, t.tw, t.tn, t.tc) <= MAX_TILE
+
+
 def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
     """Make weight blocks, then input tiles, resident when the scratchpad holds them all."""
     size = target.scratchpad.size_bytes
@@ -175,6 +183,8 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     smallest: tuple[int, int] | None = None
     for sweep in (candidates, small_candidates):
         for t in sweep(target, p):
+            if not _expressible(t):
+                continue
             t = _with_buffers(target, p, t)
             fp = footprint(p, t)
             spad, acc = fp.spad(t), fp.acc

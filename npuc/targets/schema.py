@@ -129,22 +129,28 @@ class DramSchema(_Strict):
 class ClockSchema(_Strict):
     """``[clock]``: the NPU clock."""
 
-    mhz: float = key("MHz", "clock frequency", gt=0)
+    mhz: float = key("MHz", "clock frequency, at most 10,000 MHz", gt=0, le=10_000, allow_inf_nan=False)
+
+
+MAX_ENERGY_PJ = 1e6  # 1 uJ per action or byte: far above any real part, below nonsense
+MAX_STATIC_MW = 1e6  # 1 kW
 
 
 class EnergySchema(_Strict):
-    """``[energy]``: energy per action in picojoules, and static power."""
+    """``[energy]``: energy per action in picojoules, and static power (finite, bounded)."""
 
-    mac_int8_pj: float = key("pJ", "one int8 x int8 multiply with int32 accumulate", ge=0)
-    mac_fp16_pj: float = key("pJ", "one fp16 x fp16 multiply with fp32 accumulate", ge=0)
-    spad_read_pj_per_byte: float = key("pJ/B", "scratchpad read, per byte", ge=0)
-    spad_write_pj_per_byte: float = key("pJ/B", "scratchpad write, per byte", ge=0)
-    acc_read_pj_per_byte: float = key("pJ/B", "accumulator read, per byte", ge=0)
-    acc_write_pj_per_byte: float = key("pJ/B", "accumulator write, per byte", ge=0)
-    dram_pj_per_byte: float = key("pJ/B", "DRAM access (read or write), per byte of whole bursts", ge=0)
-    vector_lane_op_pj: float = key("pJ", "one vector lane-operation", ge=0)
-    instruction_pj: float = key("pJ", "fetch and issue of one instruction", ge=0)
-    static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    mac_int8_pj: float = key("pJ", "one int8 x int8 multiply with int32 accumulate", ge=0, le=MAX_ENERGY_PJ)
+    mac_fp16_pj: float = key("pJ", "one fp16 x fp16 multiply with fp32 accumulate", ge=0, le=MAX_ENERGY_PJ)
+    spad_read_pj_per_byte: float = key("pJ/B", "scratchpad read, per byte", ge=0, le=MAX_ENERGY_PJ)
+    spad_write_pj_per_byte: float = key("pJ/B", "scratchpad write, per byte", ge=0, le=MAX_ENERGY_PJ)
+    acc_read_pj_per_byte: float = key("pJ/B", "accumulator read, per byte", ge=0, le=MAX_ENERGY_PJ)
+    acc_write_pj_per_byte: float = key("pJ/B", "accumulator write, per byte", ge=0, le=MAX_ENERGY_PJ)
+    dram_pj_per_byte: float = key("pJ/B", "DRAM access (read or write), per byte of whole bursts", ge=0, le=MAX_ENERGY_PJ)
+    vector_lane_op_pj: float = key("pJ", "one vector lane-operation", ge=0, le=MAX_ENERGY_PJ)
+    instruction_pj: float = key("pJ", "fetch and issue of one instruction", ge=0, le=MAX_ENERGY_PJ)
+    static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0, le=MAX_STATIC_MW)
 
 
 class AreaSchema(_Strict):
@@ -175,8 +181,8 @@ class HostSchema(_Strict):
 class TargetSchema(_Strict):
     """A whole target file."""
 
-    name: str = key("text", "the target's name (letters, digits, '.', '_', '-'); not part of the fingerprint", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = key("text", "one line for people; not part of the fingerprint")
+    name: str = key("text", "the target's name (letters, digits, '.', '_', '-'); not part of the fingerprint", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = key("text", "one line for people (at most 200 characters); not part of the fingerprint", max_length=200, pattern=r"^[^\n\r]*$")
     array: ArraySchema
     scratchpad: ScratchpadSchema
     accumulator: AccumulatorSchema

@@ -156,6 +156,20 @@ HANDWRITTEN: dict[str, tuple[str, object, tuple]] = {
         lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
         (_X,),
     ),
+    # ops added for real models (issue 14); tests/regress/test_model_ops.py has more uses of each
+    "aten.elu.default": ("checked with its three scalars", lambda x: F.elu(x, 0.7), (_X,)),
+    "aten.log1p.default": ("checked on positive inputs", lambda x: torch.log1p(x.abs()), (_X,)),
+    "aten.expm1.default": ("CELU decomposes into it", lambda x: torch.expm1(x), (_X,)),
+    "aten.flip.default": ("checked on two dims", lambda x: torch.flip(x, [0, -1]), (_X,)),
+    "aten.cumsum.default": ("checked on a negative dim", lambda x: torch.cumsum(x, -1), (_X,)),
+    "aten.gather.default": ("checked with a constant index", lambda x: torch.gather(x, 1, torch.zeros_like(x, dtype=torch.long)[:, :2]), (_X,)),
+    "aten.native_group_norm.default": ("group norm of an NCHW tensor", lambda x: F.group_norm(x, 1), (_X,)),
+    "aten._native_batch_norm_legit.no_stats": ("instance norm", lambda x: F.instance_norm(x), (_X,)),
+    "aten.upsample_bilinear2d.vec": ("a scale factor that is not the size ratio", lambda x: F.interpolate(
+        x, scale_factor=1.5, mode="bilinear"), (_X,)),
+    "aten.grid_sampler_2d.default": ("border padding", lambda x: F.grid_sample(
+        x, torch.linspace(-1.2, 1.2, 2 * 3 * 2 * x.shape[0]).reshape(x.shape[0], 3, 2, 2), padding_mode="border",
+        align_corners=False), (_X,)),
 }
 
 

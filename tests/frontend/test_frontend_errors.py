@@ -32,22 +32,22 @@ def line_of(fn, text: str) -> int:
 
 class TwoUnsupported(torch.nn.Module):
     def forward(self, x):
-        a = torch.cumsum(x, dim=1)
+        a = torch.atan(x)
         b = torch.floor(x) + a
-        return torch.cumsum(b, dim=0)
+        return torch.atan(b)
 
 
 def test_unsupported_ops_are_all_listed_with_their_source_lines():
     with pytest.raises(UnsupportedOpError) as info:
         import_graph(TwoUnsupported(), (torch.randn(3, 4),))
     msg = str(info.value)
-    assert "aten.cumsum.default" in msg and "aten.floor.default" in msg
+    assert "aten.atan.default" in msg and "aten.floor.default" in msg
     assert "2 operators" in msg and "3 places" in msg
     fwd = TwoUnsupported.forward
-    for code in ("a = torch.cumsum(x, dim=1)", "b = torch.floor(x) + a", "return torch.cumsum(b, dim=0)"):
+    for code in ("a = torch.atan(x)", "b = torch.floor(x) + a", "return torch.atan(b)"):
         assert f"{THIS_FILE}:{line_of(fwd, code)}" in msg
         assert code in msg
-    assert "FX node %cumsum" in msg
+    assert "FX node %atan" in msg
     assert "run `npuc ops` to list supported ops" in msg.lower()
     assert "Traceback" not in msg
 
@@ -165,7 +165,7 @@ def test_user_model_file(tmp_path):
         load_model(f"{f}:missing")
     with pytest.raises(ModelSpecError, match=r"must return \(model, example_inputs\)"):
         load_model(f"{f}:wrong")
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelSpecError, match=r"broken\(\) of model file .* raised ValueError: no weights here \(at mymodel.py:\d+"):
         load_model(f"{f}:broken")
     with pytest.raises(ModelSpecError, match="does not exist"):
         load_model(f"{tmp_path / 'nope.py'}:build")
@@ -253,7 +253,7 @@ def test_fp16_weights_are_kept_and_noted():
 def test_supported_aten_ops_name_registered_graph_ops():
     graph_ops = {op.name for op in all_ops()}
     table = supported_aten_ops()
-    assert "aten.convolution.default" in table and table["aten.convolution.default"] == "conv2d"
+    assert "aten.convolution.default" in table and table["aten.convolution.default"] == "conv2d, conv_transpose2d"
     for aten, ops in table.items():
         assert aten.startswith(("aten.", "quantized_decomposed.", "dim_order_ops."))  # the last: ExecuTorch's
         for op in ops.replace(" ", "").split(","):
@@ -274,10 +274,10 @@ def test_torch_cond_is_reported_as_control_flow():
 def test_ops_after_a_data_dependent_shape_are_reported_once_without_follow_up_noise():
     class MaskSelect(torch.nn.Module):
         def forward(self, x):
-            return x[x > 0].cumsum(0)
+            return x[x > 0].atan()
 
     with pytest.raises(UnsupportedOpError) as info:
         import_graph(MaskSelect(), (torch.randn(6),))
     msg = str(info.value)
-    assert "boolean mask" in msg and "aten.cumsum.default" in msg
+    assert "boolean mask" in msg and "aten.atan.default" in msg
     assert "2 operators" in msg and "sym_size" not in msg and "_assert" not in msg

@@ -319,3 +319,98 @@ case("embedding_i32", Case("embedding", (emb, idx), NoAttrs(), frozenset({0})),
      lambda: torch.stack([torch.stack([emb[int(i)] for i in row]) for row in idx]))
 case("index_select_repeats", Case("index_select", (xs, torch.tensor([6, 0, 6])), IndexSelectAttrs(2)),
      lambda: torch.stack([xs[:, :, 6], xs[:, :, 0], xs[:, :, 6]], 2))
+
+# ------------------------------------------------------------------ ops added for real models
+
+from npuc.ir.ops.elementwise import EluAttrs  # noqa: E402
+from npuc.ir.ops.linalg import ConvTranspose2dAttrs  # noqa: E402
+from npuc.ir.ops.norm import GroupNormAttrs  # noqa: E402
+from npuc.ir.ops.reduction import CumsumAttrs  # noqa: E402
+from npuc.ir.ops.resample import GridSampleAttrs, UpsampleBilinear2dAttrs  # noqa: E402
+from npuc.ir.ops.shape import FlipAttrs, GatherAttrs  # noqa: E402
+
+case("elu_alpha", Case("elu", (x,), EluAttrs(0.7)), lambda: torch.where(x > 0, x, 0.7 * (torch.exp(x) - 1)))
+case("elu_selu", Case("elu", (x,), EluAttrs(1.6732632423543772, 1.0507009873554805)),
+     lambda: 1.0507009873554805 * torch.where(x > 0, x, 1.6732632423543772 * (torch.exp(x) - 1)))
+case("log1p", Case("log1p", (pos,)), lambda: torch.log(1 + pos.double()).float())
+case("expm1", Case("expm1", (x,)), lambda: (torch.exp(x.double()) - 1).float())
+case("flip_two_dims", Case("flip", (xs,), FlipAttrs((0, 2))), lambda: xs[[1, 0]][:, :, list(range(6, -1, -1))])
+case("cumsum_dim2", Case("cumsum", (xs,), CumsumAttrs(2)), lambda: xs @ torch.triu(torch.ones(7, 7)))
+case("cumsum_i32", Case("cumsum", (xi,), CumsumAttrs(0)),
+     lambda: torch.stack([xi[: i + 1].sum(0) for i in range(xi.shape[0])]).to(torch.int32))
+idx_ga = torch.tensor([[[6, 0], [1, 1], [2, 5]], [[0, 0], [3, 4], [6, 6]]])
+case("gather_dim2", Case("gather", (xs, idx_ga), GatherAttrs(2)),
+     lambda: torch.tensor([[[float(xs[i, j, int(idx_ga[i, j, k])]) for k in range(2)] for j in range(3)] for i in range(2)]))
+x_gn, w_gn, b_gn = randn(2, 4, 3, 3), randn(4), randn(4)
+
+
+def _group_norm_naive(x, groups, w, b, eps=1e-5):
+    n, c = x.shape[:2]
+    y = x.reshape(n, groups, -1)
+    y = (y - y.mean(-1, keepdim=True)) / torch.sqrt(y.var(-1, unbiased=False, keepdim=True) + eps)
+    return y.reshape(x.shape) * w[None, :, None, None] + b[None, :, None, None]
+
+
+case("group_norm_2", Case("group_norm", (x_gn, w_gn, b_gn), GroupNormAttrs(2)), lambda: _group_norm_naive(x_gn, 2, w_gn, b_gn))
+case("group_norm_instance", Case("group_norm", (x_gn, w_gn, b_gn), GroupNormAttrs(4)), lambda: _group_norm_naive(x_gn, 4, w_gn, b_gn))
+x_ct, w_ct, b_ct = randn(1, 2, 3, 4), randn(2, 3, 3, 2), randn(3)
+
+
+def _conv_transpose_naive(x, w, b, stride, padding, out_pad):
+    """Every input pixel scatters x * w into the output (the definition)."""
+    n, c, h, wd = x.shape
+    _, o, kh, kw = w.shape
+    oh = (h - 1) * stride[0] - 2 * padding[0] + kh + out_pad[0]
+    ow = (wd - 1) * stride[1] - 2 * padding[1] + kw + out_pad[1]
+    full = torch.zeros(n, o, oh + 2 * padding[0], ow + 2 * padding[1])
+    for i in range(h):
+        for j in range(wd):
+            contrib = torch.einsum("nc,cokl->nokl", x[:, :, i, j], w)
+            full[:, :, i * stride[0]: i * stride[0] + kh, j * stride[1]: j * stride[1] + kw] += contrib
+    y = full[:, :, padding[0]: padding[0] + oh, padding[1]: padding[1] + ow]
+    return y + b[None, :, None, None]
+
+
+case("conv_transpose2d_stride_pad", Case("conv_transpose2d", (x_ct, w_ct, b_ct), ConvTranspose2dAttrs((2, 1), (1, 0), (1, 0))),
+     lambda: _conv_transpose_naive(x_ct, w_ct, b_ct, (2, 1), (1, 0), (1, 0)))
+
+
+def _linear_1d(n_in, n_out, align_corners):
+    m = torch.zeros(n_out, n_in)
+    for i in range(n_out):
+        if align_corners:
+            src = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            src = max((i + 0.5) * n_in / n_out - 0.5, 0.0)
+        lo = min(int(math.floor(src)), n_in - 1)
+        hi = min(lo + 1, n_in - 1)
+        frac = src - lo
+        m[i, lo] += 1 - frac
+        m[i, hi] += frac
+    return m
+
+
+x_bil = randn(1, 2, 3, 4)
+for _ac in (False, True):
+    case(f"upsample_bilinear2d_ac{int(_ac)}", Case("upsample_bilinear2d", (x_bil,), UpsampleBilinear2dAttrs((5, 7), _ac)),
+         lambda _ac=_ac: _linear_1d(3, 5, _ac) @ x_bil @ _linear_1d(4, 7, _ac).T)
+grid_s = torch.tensor([[[[-1.0, -1.0], [0.3, -0.2]], [[0.9, 0.6], [1.4, 0.0]]]])
+
+
+def _grid_naive(x, grid_s):
+    """Bilinear, zeros padding, align_corners=False: (x, y) in [-1, 1] -> ((x + 1) W - 1) / 2."""
+    n, c, h, w = x.shape
+    out = torch.zeros(n, c, grid_s.shape[1], grid_s.shape[2])
+    for i in range(grid_s.shape[1]):
+        for j in range(grid_s.shape[2]):
+            gx, gy = float(grid_s[0, i, j, 0]), float(grid_s[0, i, j, 1])
+            px, py = ((gx + 1) * w - 1) / 2, ((gy + 1) * h - 1) / 2
+            x0, y0 = math.floor(px), math.floor(py)
+            for yy, xx in ((y0, x0), (y0, x0 + 1), (y0 + 1, x0), (y0 + 1, x0 + 1)):
+                wgt = (1 - abs(px - xx)) * (1 - abs(py - yy))
+                if 0 <= yy < h and 0 <= xx < w:
+                    out[0, :, i, j] += wgt * x[0, :, yy, xx]
+    return out
+
+
+case("grid_sample_bilinear_zeros", Case("grid_sample", (x_bil, grid_s), GridSampleAttrs()), lambda: _grid_naive(x_bil, grid_s))

@@ -482,6 +482,8 @@ ENTRIES: dict[tuple[str, str], Entry] = {
     ("nn.functional.hardsigmoid", ""): Entry("hardsigmoid", unary("hardsigmoid")),
     ("exp", ""): Entry("exp", unary("exp")),
     ("log", ""): Entry("log", unary("log")),
+    ("log1p", ""): Entry("log1p", unary("log1p")),
+    ("expm1", ""): Entry("expm1", unary("expm1")),
     ("sqrt", ""): Entry("sqrt", unary("sqrt")),
     ("rsqrt", ""): Entry("rsqrt", unary("rsqrt")),
     ("neg", ""): Entry("neg", unary("neg")),
@@ -556,6 +558,12 @@ NO_OPINFO: dict[str, str] = {
         name: "quantized op: checked against PyTorch's quantized reference and exact arithmetic in tests/quant/"
         for name in ("quantize", "dequantize", "qconv2d", "qlinear", "qmatmul", "qadd", "qmul", "qlut",
                      "qavg_pool2d", "qmean", "qclamp")
+    },
+    **{
+        name: "checked by hand-written cases (ircases.py), its ATen import against eager "
+              "(tests/regress/test_model_ops.py) and the random graphs (tests/fuzz)"
+        for name in ("elu", "flip", "cumsum", "gather", "group_norm", "conv_transpose2d", "upsample_bilinear2d",
+                     "grid_sample")
     },
 }
 

@@ -92,3 +92,13 @@ def test_encoding_round_trip_and_decoder_checks():
     data = Program((loop_instr(2, 1, ()), *assemble("END"))).encode()  # a body that is END
     with pytest.raises(BinaryFormatError, match="runs past the last instruction before END"):
         decode_program(data)
+
+
+def test_a_program_that_expands_past_the_simulators_limit_is_refused_before_it_expands():
+    from npuc.isa.loops import MAX_DYNAMIC, dynamic_count
+
+    text = "LOOP n=65535 body=2\nLOOP n=65535 body=1\nNOP\nEND"
+    p = assemble(text)
+    assert dynamic_count(list(p)) == 65535 * 65535 + 1 > MAX_DYNAMIC
+    with pytest.raises(SimulationError, match=r"expand to 4,294,836,226 instructions, more than the simulator's"):
+        simulate(p, MID, dram_size=64)

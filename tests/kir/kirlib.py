@@ -39,9 +39,9 @@ def block_fp16():
 
 @functools.cache
 def cnn_int8():
-    from npuc.artifact import io_edges
     from npuc.frontend.quantized import import_quantized
     from npuc.lower.fusion import fuse
+    from npuc.lower.io_quant import absorb_io_quantization
     from npuc.lower.partition import partition
     from npuc.lower.precision import choose_precision
     from npuc.pipeline import run_graph_passes
@@ -53,7 +53,7 @@ def cnn_int8():
     tgt = load_target("npu-mid")
     precision = choose_precision(tgt, "int8")
     g = run_graph_passes(import_quantized(model, samples[0], samples, target=tgt))
-    return fuse(partition(io_edges(g, precision), tgt, precision))
+    return fuse(partition(absorb_io_quantization(g), tgt, precision))
 
 
 class ErfInTheMiddle(torch.nn.Module):

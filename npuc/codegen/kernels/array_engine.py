@@ -31,7 +31,7 @@ from collections import OrderedDict
 from typing import Any
 
 from npuc.codegen.emitter import Emitter
-from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_operand, Piece
+from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_step_operand, Piece
 from npuc.codegen.kernel import SramArena
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import Dataflow, DType
@@ -191,7 +191,8 @@ class ArrayEngine:
             key = (addr, s.th, s.tw, s.tn)
             slot, hit = pool.get(key)
             if not hit:
-                pool.data[slot] = load_operand(self.em, (Piece(0, view),), s.m, s.tn, p.dtype, pool.addrs[slot], nbytes)
+                pool.data[slot] = load_step_operand(self.em, p.epilogue[i], (Piece(0, view),), s.m, s.tn,
+                                                    pool.addrs[slot], nbytes)
             loaded.append((i, pool.data[slot]))
         operands: list[Tile | None] = [None] * len(p.epilogue)
         for i, tile in loaded:

@@ -6,7 +6,7 @@
 import importlib
 import importlib.util
 
-from npuc.ir.ops import elementwise, linalg, norm, pooling, quantized, reduction, shape  # noqa: F401
+from npuc.ir.ops import elementwise, linalg, norm, pooling, quantized, reduction, resample, shape  # noqa: F401
 
 if importlib.util.find_spec("npuc.ir.ops.frontend_extra") is not None:
     importlib.import_module("npuc.ir.ops.frontend_extra")

@@ -278,3 +278,40 @@ register(
         traits=frozenset({Trait.IMAGE_PRESERVING}),
     )
 )
+
+_unary("log1p", "log(1 + x), accurate for small x", torch.log1p)
+_unary("expm1", "exp(x) - 1, accurate for small x", torch.expm1)
+
+
+@dataclass(frozen=True)
+class EluAttrs:
+    """``elu``: x > 0 ? scale * x : scale * alpha * (exp(input_scale * x) - 1) (ELU, SELU, CELU)."""
+
+    alpha: float = 1.0
+    scale: float = 1.0
+    input_scale: float = 1.0
+
+
+def _elu_verify(ins, a: EluAttrs) -> None:
+    if not all(math.isfinite(v) for v in (a.alpha, a.scale, a.input_scale)):
+        raise fail("elu", f"alpha, scale and input_scale must be finite, got {a.alpha}, {a.scale}, {a.input_scale}")
+
+
+def _elu_ref(ins, a: EluAttrs):
+    x = ins[0]
+    neg = a.scale * a.alpha * torch.expm1(x * a.input_scale)
+    return (torch.where(x > 0, x * a.scale, neg),)
+
+
+register(
+    OpDef(
+        name="elu",
+        summary="x > 0 ? scale * x : scale * alpha * (exp(input_scale * x) - 1)",
+        attrs=EluAttrs,
+        infer=_unary_infer("elu", "float", None),
+        verify=_elu_verify,
+        reference=_elu_ref,
+        category="elementwise",
+        operands=("x",),
+    )
+)

@@ -157,3 +157,77 @@ register(
         operands=("a", "b"),
     )
 )
+
+# -------------------------------------------------------------------------- conv_transpose2d
+
+
+@dataclass(frozen=True)
+class ConvTranspose2dAttrs:
+    """``conv_transpose2d``: stride, padding, output padding, dilation (each (h, w)) and groups."""
+
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    output_padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+
+def _conv_t_verify(ins, a: ConvTranspose2dAttrs) -> None:
+    op = "conv_transpose2d"
+    require_ints_at_least(op, "stride", a.stride, 1, count=2)
+    require_ints_at_least(op, "padding", a.padding, 0, count=2)
+    require_ints_at_least(op, "output_padding", a.output_padding, 0, count=2)
+    require_ints_at_least(op, "dilation", a.dilation, 1, count=2)
+    if a.groups < 1 or (ins[0].rank == 4 and ins[0].shape[1] % a.groups):
+        raise fail(op, f"groups = {a.groups} must divide the input channels")
+    for i in range(2):
+        if a.output_padding[i] >= max(a.stride[i], a.dilation[i]):
+            raise fail(op, f"output_padding {list(a.output_padding)} must be smaller than the stride or the dilation")
+
+
+def conv_transpose_output_size(size: int, kernel: int, stride: int, padding: int, output_padding: int,
+                               dilation: int) -> int:
+    """Output length of a transposed convolution (PyTorch's rule)."""
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def _conv_t_infer(ins, a: ConvTranspose2dAttrs):
+    op = "conv_transpose2d"
+    x, w = ins[0], ins[1]
+    require_rank(op, x, 4, "input (NCHW)")
+    require_rank(op, w, 4, "weight [I, O/groups, kh, kw]")
+    require_float(op, x)
+    require_same_dtype(op, ins)
+    n, c, h, wd = x.shape
+    i, o, kh, kw = w.shape
+    if i != c:
+        raise fail(op, f"weight {w} expects {i} input channels, input {x} has {c}")
+    out_c = o * a.groups
+    if len(ins) == 3 and ins[2].shape != (out_c,):
+        raise fail(op, f"bias must be of shape [{out_c}], got {ins[2]}")
+    oh = conv_transpose_output_size(h, kh, a.stride[0], a.padding[0], a.output_padding[0], a.dilation[0])
+    ow = conv_transpose_output_size(wd, kw, a.stride[1], a.padding[1], a.output_padding[1], a.dilation[1])
+    if oh < 1 or ow < 1:
+        raise fail(op, f"output would be {oh}x{ow}: the padding removes every output pixel")
+    return (TensorType((n, out_c, oh, ow), x.dtype),)
+
+
+def _conv_t_ref(ins, a: ConvTranspose2dAttrs):
+    b = ins[2] if len(ins) == 3 else None
+    return (F.conv_transpose2d(ins[0], ins[1], b, a.stride, a.padding, a.output_padding, a.groups, a.dilation),)
+
+
+register(
+    OpDef(
+        name="conv_transpose2d",
+        summary="2-D transposed convolution (the gradient of conv2d), weight [I, O/groups, kh, kw], optional bias",
+        attrs=ConvTranspose2dAttrs,
+        infer=_conv_t_infer,
+        verify=_conv_t_verify,
+        reference=_conv_t_ref,
+        min_inputs=2,
+        max_inputs=3,
+        category="linalg",
+        operands=("x", "w", "[b]"),
+    )
+)

@@ -145,3 +145,47 @@ def _softmax(name: str, summary: str, fn) -> None:
 
 _softmax("softmax", "exp(x) / sum(exp(x)) along dim", torch.softmax)
 _softmax("log_softmax", "x - log(sum(exp(x))) along dim", torch.log_softmax)
+
+# -------------------------------------------------------------------------------- group_norm
+
+
+@dataclass(frozen=True)
+class GroupNormAttrs:
+    """``group_norm``: the number of channel groups and the epsilon."""
+
+    groups: int = 1
+    eps: float = 1e-5
+
+
+def _group_norm_verify(ins, a: GroupNormAttrs) -> None:
+    _require_eps("group_norm", a.eps)
+    if a.groups < 1 or ins[0].rank < 2 or ins[0].shape[1] % a.groups != 0:
+        raise fail("group_norm", f"groups = {a.groups} must divide the {ins[0].shape[1] if ins[0].rank > 1 else '?'} channels")
+
+
+def _group_norm_infer(ins, a: GroupNormAttrs):
+    x = ins[0]
+    require_float("group_norm", x)
+    require_min_rank("group_norm", x, 2)
+    require_same_dtype("group_norm", ins)
+    for name, t in zip(("weight", "bias"), ins[1:]):
+        if t.shape != (x.shape[1],):
+            raise fail("group_norm", f"{name} must be of shape [{x.shape[1]}] (one per channel), got {t}")
+    return (x,)
+
+
+register(
+    OpDef(
+        name="group_norm",
+        summary="normalize each group of channels over its channels and spatial dims, then * weight + bias "
+                "per channel (instance norm: groups = channels)",
+        attrs=GroupNormAttrs,
+        infer=_group_norm_infer,
+        verify=_group_norm_verify,
+        reference=lambda ins, a: (F.group_norm(ins[0], a.groups, ins[1], ins[2], a.eps),),
+        min_inputs=3,
+        max_inputs=3,
+        category="norm",
+        operands=("x", "weight", "bias"),
+    )
+)

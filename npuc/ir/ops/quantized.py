@@ -580,7 +580,8 @@ def _qmean_ref(ins, types, a: QMeanAttrs):
     sx, zx = act_params(types[0])
     sums = _centered(ins[0], zx).sum(dim=a.dims, keepdim=a.keepdim).round().numpy().astype(np.int64)
     count = math.prod(types[0].shape[d] for d in a.dims)
-    return (_i8(arith.run_average(sums, np.int64(count), (sx, zx), (a.out_scale, a.out_zero_point))),)
+    avg = arith.run_average(sums, np.int64(count), (sx, zx), (a.out_scale, a.out_zero_point))
+    return (_i8(avg).reshape(sums.shape),)  # a mean over every dim is 0-d
 
 
 register(

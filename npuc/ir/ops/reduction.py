@@ -101,3 +101,33 @@ register(
         operands=("x",),
     )
 )
+
+# ------------------------------------------------------------------------------------ cumsum
+
+
+@dataclass(frozen=True)
+class CumsumAttrs:
+    """``cumsum``: the (non-negative) dim summed along."""
+
+    dim: int = 0
+
+
+def _cumsum_infer(ins, a: CumsumAttrs):
+    x = ins[0]
+    require_numeric("cumsum", x)
+    require_min_rank("cumsum", x, 1)
+    require_dim("cumsum", a.dim, x.rank)
+    return (x,)
+
+
+register(
+    OpDef(
+        name="cumsum",
+        summary="out[..., i, ...] = sum of x[..., :i+1, ...] along dim (same dtype as x)",
+        attrs=CumsumAttrs,
+        infer=_cumsum_infer,
+        reference=lambda ins, a: (torch.cumsum(ins[0], a.dim, dtype=ins[0].dtype),),
+        category="reduction",
+        operands=("x",),
+    )
+)

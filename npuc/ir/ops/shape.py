@@ -388,3 +388,69 @@ register(
         operands=("x", "index"),
     )
 )
+
+# ------------------------------------------------------------------------------------- flip
+
+
+@dataclass(frozen=True)
+class FlipAttrs:
+    """``flip``: the (non-negative, distinct) dims reversed."""
+
+    dims: tuple[int, ...] = ()
+
+
+def _flip_verify(ins, a: FlipAttrs) -> None:
+    if len(set(a.dims)) != len(a.dims):
+        raise fail("flip", f"dims {list(a.dims)} name a dim twice")
+    for d in a.dims:
+        require_dim("flip", d, ins[0].rank)
+
+
+register(
+    OpDef(
+        name="flip",
+        summary="x with the order of its elements reversed along each of dims",
+        attrs=FlipAttrs,
+        infer=lambda ins, a: (ins[0],),
+        verify=_flip_verify,
+        reference=lambda ins, a: (torch.flip(ins[0], list(a.dims)),),
+        category="shape",
+        operands=("x",),
+    )
+)
+
+# ----------------------------------------------------------------------------------- gather
+
+
+@dataclass(frozen=True)
+class GatherAttrs:
+    """``gather``: the dim indexed."""
+
+    dim: int = 0
+
+
+def _gather_infer(ins, a: GatherAttrs):
+    x, index = ins
+    require_int("gather", index, "index")
+    if index.rank != x.rank:
+        raise fail("gather", f"index must have the input's rank {x.rank}, got {index}")
+    require_dim("gather", a.dim, x.rank)
+    for d, (n, m) in enumerate(zip(index.shape, x.shape)):
+        if d != a.dim and n > m:
+            raise fail("gather", f"index dim {d} has {n} entries, more than the input's {m}")
+    return (x.with_shape(index.shape),)
+
+
+register(
+    OpDef(
+        name="gather",
+        summary="out[i][j][k] = x[index[i][j][k]][j][k] (dim 0; likewise for other dims)",
+        attrs=GatherAttrs,
+        infer=_gather_infer,
+        reference=lambda ins, a: (torch.gather(ins[0], a.dim, ins[1]),),
+        min_inputs=2,
+        max_inputs=2,
+        category="shape",
+        operands=("x", "index"),
+    )
+)

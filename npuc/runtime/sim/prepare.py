@@ -87,7 +87,9 @@ def prepare(
         except FieldError as e:
             raise SimulationError(str(e)) from None
         origin = tuple(expanded_from)
-    sizes = {Mem.dram: dram_size, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
+    # Without a DRAM image the DRAM is as large as the DMAs reach, up to the target's DRAM.
+    dram_bound = dram_size if dram_size is not None else target.dram.size_bytes
+    sizes = {Mem.dram: dram_bound, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
     cache: dict[Instr, Step] = {}
     steps = []
     dram_top = 1
@@ -108,8 +110,7 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
     reason = d.check(a, target)
     regions = d.regions(a)
     for r in regions:
-        size = sizes[r.mem]
-        reason = reason or r.problem(size if size is not None else 1 << 62)
+        reason = reason or r.problem(sizes[r.mem])
     if reason:
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)

@@ -104,7 +104,7 @@ def perfetto_events(result: SimResult, debug_map: Mapping[int, str] | None = Non
 
 def write_perfetto_trace(result: SimResult, path: str | Path, debug_map: Mapping[int, str] | None = None) -> None:
     """Write the Chrome/Perfetto JSON trace of ``result`` to ``path``."""
-    from npuc.report.files import write_report_file
+    from npuc.fileio import write_atomic
 
     doc = {"traceEvents": perfetto_events(result, debug_map), "displayTimeUnit": "ns"}
-    write_report_file(path, json.dumps(doc, indent=None, separators=(",", ":")))
+    write_atomic(path, json.dumps(doc, indent=None, separators=(",", ":")), "the trace")
