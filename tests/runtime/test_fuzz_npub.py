@@ -12,14 +12,12 @@ messages that the validation it aims at was reached.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import re
-import signal
 import struct
 import time
 import zlib
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +25,7 @@ from hypothesis import strategies as st
 
 from npuc.errors import NpucError
 from npuc.ir.types import DType, TensorType
+from npuc.fuzz.binaries import Hang, watchdog
 from npuc.runtime.npub import (
     FORMAT_VERSION,
     IOSignature,
@@ -60,22 +59,6 @@ BASES = _bases()
 INTERESTING = [0, 1, 2, 7, 8, 63, 64, 65, 255, 256, 0x7FFF, 0xFFFF, 0x10000, 0x7FFF_FFFF, 0xFFFF_FFFF, 2**32, 2**63 - 1, 2**63, 2**64 - 1]
 
 
-class Hang(Exception):
-    """A case ran past its watchdog."""
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float) -> Iterator[None]:
-    def on_alarm(signum, frame):
-        raise Hang(f"a load ran for more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def test_watchdog_stops_a_hanging_case():
