@@ -596,6 +596,10 @@ def profile_cmd(binary, trace, target, as_json, csv_dir):
 @click.option("--quantize", type=click.Choice(["int8"]), default=None, help="Explore the int8 model.")
 @click.option("--calibration", type=click.IntRange(min=1), default=None, metavar="N",
               help="With --quantize: calibrate on N samples of the zoo model's inputs (default 8).")
+@click.option("--calibration-data", "calibration_data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="FILE.npz",
+              help="With --quantize: calibration samples from a .npz holding one array per model input "
+                   "(in order), each with a leading sample dimension (needed for a model not in the zoo).")
 @click.option("--objectives", default="latency,energy,area", show_default=True,
               help="Objectives to minimize: latency, energy, area, dram, cycles (comma-separated).")
 @click.option("--constraint", "constraints", multiple=True, metavar="COLUMN<=X",
@@ -618,21 +622,15 @@ def profile_cmd(binary, trace, target, as_json, csv_dir):
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for results.csv, results.json and report.html.")
 @user_errors
-def explore_cmd(model, base, sweeps, quantize, calibration, objectives, constraints, search, budget, backend,
-                ray_address, jobs, confirm, cache_dir, no_cache, seed, chosen, out):
+def explore_cmd(model, base, sweeps, quantize, calibration, calibration_data, objectives, constraints, search,
+                budget, backend, ray_address, jobs, confirm, cache_dir, no_cache, seed, chosen, out):
     """Sweep target parameters around --base with the compiler and the simulator in the loop."""
     import npuc
     from npuc.dse.progress import SweepProgress
     from npuc.zoo import load_model
 
-    from npuc.zoo import ZOO
-
     module, inputs = load_model(model)
-    if calibration is not None and quantize is None:
-        raise click.UsageError("--calibration needs --quantize int8")
-    samples = None  # a user model calibrates on its example inputs
-    if quantize is not None and (model in ZOO or calibration is not None):
-        samples = _calibration_samples(model, inputs, quantize, calibration, None)
+    samples = _calibration_samples(model, inputs, quantize, calibration, calibration_data)
     cache = False if no_cache else (cache_dir if cache_dir is not None else True)
     with SweepProgress(err_console) as progress:
         res = npuc.explore(module, inputs, base=base, sweep=list(sweeps), quantize=quantize, calibration=samples,

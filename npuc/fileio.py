@@ -92,6 +92,9 @@ def make_dir(path: str | Path, what: str = "the folder") -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise FileError(f"cannot use {what} '{p}': it is a file, not a folder")
+    blocker = next((a for a in p.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise FileError(f"cannot create {what} '{p}': '{blocker}' is a file, not a folder")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -73,7 +73,9 @@ def _csv_text(columns, rows) -> str:
 def write_profile_csv(p: Profile, directory: str | Path, stem: str) -> tuple[Path, Path]:
     """Write ``<stem>_per-layer.csv`` and ``<stem>_summary.csv`` into ``directory`` (created if
     missing); the two paths."""
-    d = Path(directory)
+    from npuc.fileio import make_dir
+
+    d = make_dir(directory, "the CSV folder")
     layers, summary = d / f"{stem}_per-layer.csv", d / f"{stem}_summary.csv"
     write_report_file(layers, _csv_text(PER_LAYER_COLUMNS, per_layer_rows(p)))
     write_report_file(summary, _csv_text(SUMMARY_COLUMNS, [summary_row(p)]))

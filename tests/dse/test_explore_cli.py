@@ -33,10 +33,20 @@ def test_cli_contract(tmp_path):
 
 
 def test_cli_int8_random_budget(tmp_path):
-    r = CliRunner().invoke(main, [
-        "explore", TINY, "--sweep", "array.rows=8,16,32", "--sweep", "dma.bytes_per_cycle=4,16",
-        "--quantize", "int8", "--search", "random", "--budget", "3", "--objectives", "latency,dram",
-        "--jobs", "1", "--no-cache", "--out", str(tmp_path / "q")])
+    import numpy as np
+    import torch
+
+    from npuc.zoo import load_model
+
+    (x,) = load_model(TINY)[1]
+    g = torch.Generator().manual_seed(1)
+    np.savez(tmp_path / "calib.npz", torch.stack([torch.randn(x.shape, generator=g) for _ in range(4)]).numpy())
+    args = ["explore", TINY, "--sweep", "array.rows=8,16,32", "--sweep", "dma.bytes_per_cycle=4,16",
+            "--quantize", "int8", "--search", "random", "--budget", "3", "--objectives", "latency,dram",
+            "--jobs", "1", "--no-cache", "--out", str(tmp_path / "q")]
+    r = CliRunner().invoke(main, args)  # a model outside the zoo brings its calibration samples
+    assert r.exit_code == 2 and "--calibration-data" in r.output
+    r = CliRunner().invoke(main, args + ["--calibration-data", str(tmp_path / "calib.npz")])
     assert r.exit_code == 0, r.output
     assert "3 designs" in r.output
 

@@ -313,5 +313,6 @@ register(
         reference=_elu_ref,
         category="elementwise",
         operands=("x",),
+        traits=_elementwise_traits(Trait.UNARY, None, (T,)),
     )
 )
