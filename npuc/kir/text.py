@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 from npuc.errors import ParseError, VerifyError
 from npuc.ir.opdef import all_ops, get_op
+from npuc.ir.text import format_scalar
 from npuc.ir.types import DType as IRType
 from npuc.ir.types import TensorType
 from npuc.isa.enums import DType
@@ -71,27 +72,14 @@ def _graph_attr_names() -> dict[type, str]:
 
 def format_value(v: Any) -> str:
     """One attribute value in the text form (see the module docstring)."""
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
     if isinstance(v, enum.Enum):
         for prefix, cls in _ENUMS.items():
             if isinstance(v, cls):
                 return f"{prefix}.{v.name}"
         raise TypeError(f"cannot print enum value {v!r}")
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, TensorType):
-        return str(v)
+    scalar = format_scalar(v)
+    if scalar is not None:
+        return scalar
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(format_value(x) for x in v) + "]"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
