@@ -43,7 +43,6 @@ class CompileReport:
     activation_peak: int
     activation_naive: int
     spad_peak: int
-    stage_seconds: tuple[tuple[str, float], ...] = ()
     cpu_segment_seconds: tuple[float, ...] = ()  # per CPU segment, hand-over included
     stage_seconds: tuple[tuple[str, float], ...] = ()  # every stage, export and quantization included
     code_bytes: int = 0  # the encoded NPU programs, in bytes
