@@ -21,8 +21,8 @@ from typing import Any
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, steps
-from npuc.schedule.transfers import input_loads, operand_load, output_store, quant_loads, weight_loads
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
+from npuc.schedule.transfers import BandState, Rows, band_loads, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -185,15 +185,17 @@ class _Costs:
         """(busy, latency) of each DMA."""
         return tuple(self.table.time(op, f) for op, f in instrs)
 
-    def input(self, s: Step) -> tuple[tuple, int, int, tuple[tuple[int, int], ...]]:
-        """(border signature, zero-fill cycles, fill count, DMA times) of the step's input tile."""
+    def input(self, s: Step, state: BandState | None, same: bool) -> tuple[int, int, tuple[tuple[int, int], ...], Rows, BandState]:
+        """(zero-fill cycles, fill count, DMA times, local rows written, the buffer's state
+        afterwards) of the step's input band (see ``band_loads``)."""
         p = self.p
-        key = ("x", s.th, s.tw, s.tc, p.y.valid(s.oy0, s.th) if not self.t.unfold else s.oy0, p.x.valid(s.ox0, s.tw))
+        band = s.oy0 if self.t.unfold else (p.y.valid(s.y0, s.bh), s.bh, s.x_rows(p))
+        key = ("x", s.th, s.tw, s.tc, band, p.x.valid(s.ox0, s.tw), state, same)
         hit = self.memo.get(key)
         if hit is None:
-            sig, fills, loads = input_loads(p, self.t, s)
+            fills, loads, rows, after = band_loads(p, self.t, s, state, same)
             fill = sum(sum(self.table.time(op, f)) for op, f in fills)
-            hit = self.memo[key] = (sig, fill, len(fills), self.dmas(loads))
+            hit = self.memo[key] = (fill, len(fills), self.dmas(loads), rows, after)
         return hit
 
     def weights(self, s: Step) -> tuple[tuple[int, int], ...]:
@@ -264,7 +266,8 @@ class _Walk:
         self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
-        self.x_sig: dict[int, tuple] = {}
+        self.x_state: dict[int, BandState] = {}
+        self.x_reads: dict[int, dict[int, int]] = {}  # per input buffer: local row -> last reader's end
         self.out_free = [0, 0]
         self.out_slot = 0
         self.acc_free = [0] * t.acc_slots  # when the epilogue last reading each accumulator tile ends
@@ -286,16 +289,15 @@ class _Walk:
         p, costs = self.p, self.costs
         ready = fill = 0
         x_slot, hit = self.xp.get(s.x_key(p))
-        if not hit:
-            sig, fill_cycles, nfill, loads = costs.input(s)
-            ready = self._dma(loads, self.xp.free_at[x_slot])
-            if self.x_sig.get(x_slot) != sig:
-                self.x_sig[x_slot] = sig
-                fill = fill_cycles
-                self.instrs += nfill
-                if nfill:  # the zero border, on the vector queue once the buffer's last reader is done
-                    self.t_vec = max(self.t_vec, self.xp.free_at[x_slot]) + fill
-                    ready = max(ready, self.t_vec)
+        fill, nfill, loads, (lo, hi), self.x_state[x_slot] = costs.input(s, self.x_state.get(x_slot), hit)
+        reads = self.x_reads.setdefault(x_slot, {})
+        free = max((reads.get(r, 0) for r in range(lo, hi)), default=0)  # the rows' last readers
+        if loads:
+            ready = self._dma(loads, free)
+        if nfill:  # the border of the rows added, on the vector queue
+            self.instrs += nfill
+            self.t_vec = max(self.t_vec, free) + fill
+            ready = max(ready, self.t_vec)
         w_slot, hit = self.wp.get(s.w_key(p))
         if not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
@@ -307,6 +309,9 @@ class _Walk:
             ready = max(ready, self.acc_free[self.acc_slot])
         self.t_comp = max(self.t_comp, ready) + mm
         self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
+        r0, r1 = s.x_rows(p)
+        for r in range(r0, r1):
+            reads[r] = self.t_comp
         if s.last:
             self._finish(s)
 
@@ -358,51 +363,53 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
                     fp.spad(t), fp.acc)
 
 
-def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
-    """A walk-free estimate for ranking candidates: loads counted per tile class from the loop
-    order and buffer counts, compute summed per class, total = the larger of compute and DMA
-    plus the first tile's load."""
+def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int, int]:
+    """A walk-free estimate for ranking candidates, (cycles, DRAM port cycles): loads counted per
+    input band and weight block from the loop order and buffer counts, compute summed per tile
+    class, total = the larger of compute and DMA plus the first tile's load."""
     costs = _Costs(target, p, t)
-    ys, xs, ns, cs = blocks(p.y.out, t.th), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
-    S, NB, CB = len(ys) * len(xs), len(ns), len(cs)
+    rts, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    bands = blocks(p.y.out, t.band_rows)
+    S, NB, CB = len(bands) * len(xs), len(ns), len(cs)
+    T = len(rts) * len(xs)  # output tiles per channel block
     xb = len(set(p.x_addrs)) if t.x_slots >= S * CB else p.batches
     wb = len(set(p.w_addrs)) if t.w_slots >= NB * CB else p.batches
     if t.order == "m_outer":
         x_loads = S * CB if (CB == 1 or t.x_slots >= CB) else S * NB * CB
-        w_loads = NB * CB if t.w_slots >= NB * CB else S * NB * CB
+        w_loads = NB * CB if t.w_slots >= NB * CB else T * NB * CB
     else:
         x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
-        w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else S * NB * CB
-    comp = epi = 0
-    store = 0
-    oy0, ox0 = ys[len(ys) // 2][0], xs[len(xs) // 2][0]
-    for th in {b[1]: None for b in ys}:
-        ny = sum(1 for b in ys if b[1] == th)
-        for tw in {b[1]: None for b in xs}:
-            nx = sum(1 for b in xs if b[1] == tw)
-            for tn in {b[1]: None for b in ns}:
-                nn = sum(1 for b in ns if b[1] == tn)
-                for tc in {b[1]: None for b in cs}:
-                    nc = sum(1 for b in cs if b[1] == tc)
-                    s = Step(0, oy0, th, ox0, tw, 0, tn, 0, tc, True, True)
+        w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else T * NB * CB
+    comp = epi = store = 0
+    ox0 = xs[len(xs) // 2][0]
+    ths = Counter(r.th for r in rts)
+    for th, ny in sorted(ths.items()):
+        r = next(r for r in rts if r.th == th)
+        for tw, nx in sorted(Counter(b[1] for b in xs).items()):
+            for tn, nn in sorted(Counter(b[1] for b in ns).items()):
+                for tc, nc in sorted(Counter(b[1] for b in cs).items()):
+                    s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, tc, True, True, r.y0, r.bh)
                     comp += ny * nx * nn * nc * costs.compute(s)[0]
-                s = Step(0, oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True)
+                s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True, r.y0, r.bh)
                 epi += ny * nx * nn * costs.epilogue(s)
                 store += ny * nx * nn * (costs.store(s)[0] + sum(costs.operand(i, o, s)[0] for i, o in enumerate(p.operands) if o is not None and not o.spatial_broadcast))
-    s0 = Step(0, oy0, ys[0][1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True)
-    x_one = sum(b for b, _ in costs.input(s0)[3])
-    w_one = sum(b for b, _ in costs.weights(s0))
+    mid = bands[len(bands) // 2]
+    whole = Step(0, mid[0], mid[1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True, mid[0], mid[1])
+    x_one = sum(b for b, _ in costs.input(whole, None, False)[2])  # one whole band
+    first = Step(0, 0, rts[0].th, 0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True, 0, rts[0].bh)
+    x_first = sum(b for b, _ in costs.input(first, None, False)[2])  # the first tile's rows
+    w_one = sum(b for b, _ in costs.weights(first))
     dma = p.batches * store + xb * x_loads * x_one + wb * w_loads * w_one
     # one accumulator tile: the array waits for every epilogue; two: the two queues overlap
     work = comp + epi if t.acc_slots == 1 else max(comp, epi)
-    return max(p.batches * work, dma) + x_one + w_one + 2 * target.dma.latency_cycles
+    return max(p.batches * work, dma) + x_first + w_one + 2 * target.dma.latency_cycles, dma
 
 
-def lower_bound(target: Target, p: ArrayProblem) -> int:
-    """max(MACs / processing elements, compulsory DRAM bytes / bandwidth): what no schedule beats."""
+def compulsory_bytes(p: ArrayProblem) -> int:
+    """DRAM bytes no schedule avoids: every distinct input, weight, epilogue operand and (int8)
+    bias and REQUANT record block read once, the output written once."""
     es = p.es
-    macs = p.macs
-    compulsory = (
+    total = (
         len(set(p.x_addrs)) * p.y.size * p.x.size * p.c
         + len(set(p.w_addrs)) * p.y.kernel * p.x.kernel * p.c * p.n
         + p.batches * p.y.out * p.x.out * p.n
@@ -411,5 +418,12 @@ def lower_bound(target: Target, p: ArrayProblem) -> int:
         if o is not None:
             rows = 1 if o.spatial_broadcast else p.y.out * p.x.out
             cols = 1 if o.channel_broadcast else p.n
-            compulsory += len(set(o.addrs)) * rows * cols * es
-    return max(-(-macs // target.peak_macs_per_cycle), -(-compulsory // target.dma.bytes_per_cycle))
+            total += len(set(o.addrs)) * rows * cols * es
+    if p.quant is not None:  # int32 bias [n] and records [n][2]
+        total += len(set(p.quant.bias_addrs)) * p.n * 4 + len(set(p.quant.records_addrs)) * p.n * 8
+    return total
+
+
+def lower_bound(target: Target, p: ArrayProblem) -> int:
+    """max(MACs / processing elements, compulsory DRAM bytes / bandwidth): what no schedule beats."""
+    return max(-(-p.macs // target.peak_macs_per_cycle), -(-compulsory_bytes(p) // target.dma.bytes_per_cycle))

@@ -4,8 +4,10 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
 :class:`~npuc.schedule.problem.ArrayTiling` by walking the same loop nest as the cost model
 (:func:`npuc.schedule.problem.steps`).  Per step:
 
-1. the input tile, unless a buffer already holds it: the DMA of the valid part, then VFILL of
-   the zero border (only when the buffer's last tile had a different border);
+1. the input band's rows that the tile needs and its buffer does not hold yet (a band spans one
+   or several row tiles, so the rows neighbouring tiles share are loaded once): the DMA of the
+   valid part, then, for a band new to its buffer, VFILL of the zero border (only when the
+   buffer's last band had a different border);
 2. the weight block, unless a buffer already holds it;
 3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
    and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
@@ -45,7 +47,7 @@ from npuc.schedule.problem import (
     steps,
     weight_rows,
 )
-from npuc.schedule.transfers import input_loads, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, band_loads, output_store, quant_loads, weight_loads
 
 
 class _Buffers:
@@ -99,7 +101,7 @@ class ArrayEngine:
         self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
         self.acc_slot = 0
-        self.x_sig: dict[int, tuple] = {}
+        self.x_state: dict[int, BandState] = {}  # what each input buffer holds
         self.out_slot = 0
 
     def run(self) -> None:
@@ -122,17 +124,13 @@ class ArrayEngine:
     def _input(self, s: Step) -> int:
         slot, hit = self.x.get(s.x_key(self.p))
         base = self.x.addrs[slot]
-        if hit:
-            return base
-        sig, fills, loads = input_loads(self.p, self.t, s)
+        fills, loads, _, self.x_state[slot] = band_loads(self.p, self.t, s, self.x_state.get(slot), hit)
         for op, f in loads:
             self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         # The border is zeroed after the load is issued: the two write disjoint elements, and a
         # VFILL first would hold the load behind the compute queue (no prefetch).
-        if self.x_sig.get(slot) != sig:
-            self.x_sig[slot] = sig
-            for op, f in fills:
-                self.em.emit(op, **_shifted(f, base, ("dst",)))
+        for op, f in fills:
+            self.em.emit(op, **_shifted(f, base, ("dst",)))
         return base
 
     def _weights(self, s: Step) -> int:
@@ -149,6 +147,7 @@ class ArrayEngine:
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
+        xb += s.x_rows(p)[0] * g.row_elems * es  # the tile's first row in its band
         if t.dataflow is Dataflow.output_stationary:
             self._compute_os(s, xb, wb, g.slot * es)
             return
