@@ -199,7 +199,7 @@ class _Costs:
         return hit
 
     def weights(self, s: Step) -> tuple[tuple[int, int], ...]:
-        key = ("w", s.tn, s.tc)
+        key = ("w", self.t.weight_cols(self.p), s.tc)
         hit = self.memo.get(key)
         if hit is None:
             hit = self.memo[key] = self.dmas(weight_loads(self.p, self.t, s))
@@ -298,7 +298,7 @@ class _Walk:
             self.instrs += nfill
             self.t_vec = max(self.t_vec, free) + fill
             ready = max(ready, self.t_vec)
-        w_slot, hit = self.wp.get(s.w_key(p))
+        w_slot, hit = self.wp.get(s.w_key(p, self.t))
         if not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
         mm, count = costs.compute(s)
@@ -371,15 +371,16 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int
     rts, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
     bands = blocks(p.y.out, t.band_rows)
     S, NB, CB = len(bands) * len(xs), len(ns), len(cs)
+    WB = 1 if t.wide_weights else NB  # weight blocks per reduction block
     T = len(rts) * len(xs)  # output tiles per channel block
     xb = len(set(p.x_addrs)) if t.x_slots >= S * CB else p.batches
-    wb = len(set(p.w_addrs)) if t.w_slots >= NB * CB else p.batches
+    wb = len(set(p.w_addrs)) if t.w_slots >= WB * CB else p.batches
     if t.order == "m_outer":
         x_loads = S * CB if (CB == 1 or t.x_slots >= CB) else S * NB * CB
-        w_loads = NB * CB if t.w_slots >= NB * CB else T * NB * CB
+        w_loads = WB * CB if t.w_slots >= WB * CB else T * NB * CB
     else:
         x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
-        w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else T * NB * CB
+        w_loads = WB * CB if (CB == 1 or t.w_slots >= WB * CB) else T * NB * CB
     comp = epi = store = 0
     ox0 = xs[len(xs) // 2][0]
     ths = Counter(r.th for r in rts)

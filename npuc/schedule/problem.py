@@ -188,7 +188,10 @@ class ArrayTiling:
     ``acc_slots`` the accumulator tiles (2: the vector queue turns one into the result while the
     array fills the other; 1: the array waits for the epilogue of every tile); ``band`` the
     output rows whose input one buffer holds (0: ``th``, one tile; more: the input band of
-    several row tiles, loaded row by row as they need it; unfolded rows use 0).
+    several row tiles, loaded row by row as they need it; unfolded rows use 0);
+    ``wide_weights`` a weight block holding every output channel of its reduction block (the
+    channel tiles read their columns from it), so that its DRAM rows are whole runs of
+    ``n`` elements instead of ``tn``-element pieces (for k-major weights that stay resident).
     """
 
     th: int
@@ -202,6 +205,11 @@ class ArrayTiling:
     dataflow: Dataflow = Dataflow.weight_stationary
     acc_slots: int = 1
     band: int = 0
+    wide_weights: bool = False
+
+    def weight_cols(self, p: "ArrayProblem") -> int:
+        """Output channels of one weight block: ``tn``, or every channel (``wide_weights``)."""
+        return p.n if self.wide_weights else self.tn
 
     @property
     def band_rows(self) -> int:
@@ -212,6 +220,8 @@ class ArrayTiling:
         extra = " unfold" if self.unfold else ""
         if self.band_rows > self.th:
             extra += f" band {self.band_rows}"
+        if self.wide_weights:
+            extra += " wide-w"
         return (
             f"{self.dataflow.short} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots} acc-bufs {self.acc_slots}"
@@ -251,8 +261,14 @@ class Step(NamedTuple):
         lo = (self.oy0 - self.y0) * p.y.out_step
         return lo, lo + p.y.span(self.th)
 
-    def w_key(self, p: ArrayProblem) -> tuple[int, ...]:
+    def w_key(self, p: ArrayProblem, t: ArrayTiling | None = None) -> tuple[int, ...]:
+        if t is not None and t.wide_weights:
+            return (p.w_addrs[self.b], 0, p.n, self.c0, self.tc)
         return (p.w_addrs[self.b], self.n0, self.tn, self.c0, self.tc)
+
+    def w_col(self, t: ArrayTiling) -> int:
+        """Column of the step's first output channel in its weight block."""
+        return self.n0 if t.wide_weights else 0
 
 
 def blocks(total: int, size: int) -> list[tuple[int, int]]:
@@ -410,7 +426,7 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     es = p.es
     m = t.th * t.tw
     x_slot = _align(input_geometry(p, t).elems * es)
-    w_slot = _align(weight_rows(p, t.tc) * t.tn * es)
+    w_slot = _align(weight_rows(p, t.tc) * t.weight_cols(p) * es)
     out_slot = _align(m * t.tn * es)
     ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place

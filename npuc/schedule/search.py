@@ -158,7 +158,8 @@ def _expressible(t: ArrayTiling) -> bool:
 
 
 def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
-    """Make weight blocks, then input tiles, resident when the scratchpad holds them all."""
+    """Make weight blocks, then input tiles, resident when the scratchpad holds them all;
+    resident weights are held in blocks of every output channel."""
     size = target.scratchpad.size_bytes
     fp = footprint(p, t)
     n_w = len(blocks(p.n, t.tn)) * len(blocks(p.c, t.tc))
@@ -169,6 +170,11 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
         t = replace(t, x_slots=n_x)
     if n_w == 1:
         t = replace(t, w_slots=1)
+    n_c = len(blocks(p.c, t.tc))
+    if t.w_slots >= n_w > n_c and not p.weights_n_major:
+        # resident weights, several channel blocks: one block per reduction block holding
+        # every channel is the same bytes of scratchpad in whole DRAM rows
+        t = replace(t, wide_weights=True, w_slots=n_c)
     if n_x == 1:
         t = replace(t, x_slots=1)
     return t

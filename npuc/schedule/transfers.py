@@ -168,7 +168,10 @@ def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, li
 
 
 def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
-    """DMA_LOADs of the weight block of step ``s`` (layout: see ``npuc.schedule.problem``)."""
+    """DMA_LOADs of the weight block of step ``s`` (layout: see ``npuc.schedule.problem``;
+    ``wide_weights``: the block of every output channel)."""
+    if t.wide_weights:
+        s = s._replace(n0=0, tn=p.n)
     es = p.es
     sky, skx, sc, sn = p.w_strides
     kh, kw = p.y.kernel, p.x.kernel

@@ -134,7 +134,7 @@ class ArrayEngine:
         return base
 
     def _weights(self, s: Step) -> int:
-        slot, hit = self.w.get(s.w_key(self.p))
+        slot, hit = self.w.get(s.w_key(self.p, self.t))
         base = self.w.addrs[slot]
         if not hit:
             for op, f in weight_loads(self.p, self.t, s):
@@ -153,13 +153,14 @@ class ArrayEngine:
             return
         krows = weight_rows(p, s.tc)
         cks = chunks(p, t, s.tc, self.rows)
+        wcols, wcol = (p.n, s.n0) if t.wide_weights else (s.tn, 0)  # the block's columns, the step's first
         for j in range(0, s.tn, self.cols):
             n = min(self.cols, s.tn - j)
             for i, ch in enumerate(cks):
                 if p.weights_n_major:
                     lw = dict(addr=wb + (j * krows + ch.w_row) * es, s_k=es, s_n=krows * es)
                 else:
-                    lw = dict(addr=wb + (ch.w_row * s.tn + j) * es, s_n=es, s_k=s.tn * es)
+                    lw = dict(addr=wb + (ch.w_row * wcols + wcol + j) * es, s_n=es, s_k=wcols * es)
                 self.em.emit("LOAD_WEIGHTS", dtype=dt, k=ch.k, n=n, **lw)
                 self.em.emit(
                     "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
@@ -176,7 +177,8 @@ class ArrayEngine:
             for j in range(0, s.tn, self.cols):
                 self.em.emit(
                     "MATMUL_OS", dtype=dt, acc=not s.first, m=m, k=s.tc, n=min(self.cols, s.tn - j),
-                    in_addr=xb + i * pixel_bytes, in_s=pixel_bytes, w_addr=wb + j * es, w_s=s.tn * es,
+                    in_addr=xb + i * pixel_bytes, in_s=pixel_bytes, w_addr=wb + (s.w_col(self.t) + j) * es,
+                    w_s=(self.p.n if self.t.wide_weights else s.tn) * es,
                     out_addr=self.acc + (i * s.tn + j) * 4, out_s=s.tn * 4,
                 )
 
