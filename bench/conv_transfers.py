@@ -5,8 +5,9 @@ fp16; folded bias + REQUANT in int8).  For npu-mid and npu-large, fp16 and int8,
 simulated cycles (timing tier), the lower bound max(MACs / PEs, compulsory DRAM bytes /
 bandwidth), cycles over that bound, MAC use (MACs over the array's capacity in the run), the
 DRAM bytes the simulator counted (whole bursts) over the compulsory bytes (input, weights,
-output, bias and REQUANT records once each), the cost model's estimate and the chosen tiling.
-Figures only, no assertions.
+output, bias and REQUANT records once each), the cost model's estimate and the chosen tiling;
+"before" is the tiling the planner chose at commit 4944dc3 (no input bands, no wide weight
+blocks), simulated by the same simulator, "after" today's choice.  Figures only, no assertions.
 
     .venv/bin/python bench/conv_transfers.py [--targets npu-mid,npu-large] [--dtypes fp16,int8]
 """
@@ -14,16 +15,21 @@ Figures only, no assertions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 
-from npuc.codegen.harness import place, run_kernel
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.harness import place
+from npuc.codegen.kernel import get_kernel
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER, conv_problem
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.isa.enums import DType
 from npuc.kir.kernel import EpilogueOp, Kernel, QuantAttrs
 from npuc.kir.tensor import NHWC, DramTensor
-from npuc.schedule.cost import compulsory_bytes, lower_bound
+from npuc.runtime.sim import simulate
+from npuc.schedule.cost import compulsory_bytes, estimate, lower_bound
+from npuc.schedule.problem import ArrayTiling
 from npuc.targets import load_target
 
 
@@ -40,23 +46,42 @@ def conv56(dtype: DType, c: int = 64, hw: int = 56, o: int = 64) -> Kernel:
     return Kernel("conv56", "conv2d", (x, w), y, attrs, (EpilogueOp("add", operand=bias), EpilogueOp("relu")), dtype)
 
 
-def zeros_for(k: Kernel) -> dict[str, np.ndarray]:
-    return {t.name: np.zeros(t.shape, t.dtype.np) for t in k.tensors() if t.name != k.output.name}
+# The tilings npuc's planner chose for this layer before input bands, wide weight blocks, the
+# accumulator fix and the traffic-aware choice (commit 4944dc3): simulated here as "before".
+BEFORE = {
+    ("npu-mid", "fp16"): ArrayTiling(3, 56, 32, 32, w_slots=4, acc_slots=2),
+    ("npu-mid", "int8"): ArrayTiling(1, 56, 64, 32, unfold=True, acc_slots=2),
+    ("npu-large", "fp16"): ArrayTiling(7, 56, 32, 32, x_slots=16, w_slots=4, acc_slots=2),
+    ("npu-large", "int8"): ArrayTiling(7, 56, 32, 32, x_slots=16, w_slots=4, acc_slots=2),
+}
 
 
-def measure(target_name: str, dtype: DType) -> str:
+def simulate_with(k: Kernel, target, tiling: ArrayTiling | None):
+    """(simulation, plan) of ``k`` under the planner's tiling or ``tiling``."""
+    impl = get_kernel(k.kind)
+    placed, size = place(k)
+    plan = impl.plan(placed, target)
+    if tiling is not None:
+        plan = dataclasses.replace(plan, summary=str(tiling), est_cycles=estimate(target, conv_problem(placed), tiling).cycles,
+                                   details=tiling)
+    em = Emitter(target)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    return simulate(prog, target, np.zeros(size, np.uint8), functional=False), plan
+
+
+def measure(target_name: str, dtype: DType, when: str) -> str:
     target = load_target(target_name)
     k = conv56(dtype)
-    r = run_kernel(k, target, zeros_for(k), functional=False)
+    sim, plan = simulate_with(k, target, BEFORE[(target_name, dtype.name)] if when == "before" else None)
     p = conv_problem(place(k)[0])
-    sim = r.result
     lb = lower_bound(target, p)
     dram = sim.dram_bytes_read + sim.dram_bytes_written
     comp = compulsory_bytes(p)
-    err = (r.plan.est_cycles - sim.total_cycles) / sim.total_cycles
-    return (f"{target_name:10s} {dtype.name:5s} {sim.total_cycles:10,d} {lb:10,d} {sim.total_cycles / lb:6.3f} "
-            f"{sim.mac_utilization:6.1%} {dram:11,d} {comp:11,d} {dram / comp:6.2f} {r.plan.est_cycles:10,d} {err:+6.1%}  "
-            f"{r.plan.summary}")
+    err = (plan.est_cycles - sim.total_cycles) / sim.total_cycles
+    return (f"{target_name:10s} {dtype.name:5s} {when:6s} {sim.total_cycles:10,d} {lb:10,d} {sim.total_cycles / lb:6.3f} "
+            f"{sim.mac_utilization:6.1%} {dram:11,d} {comp:11,d} {dram / comp:6.2f} {plan.est_cycles:10,d} {err:+6.1%}  "
+            f"{plan.summary}")
 
 
 def main() -> None:
@@ -65,11 +90,12 @@ def main() -> None:
     ap.add_argument("--dtypes", default="fp16,int8")
     args = ap.parse_args()
     print("conv 3x3 64->64 @56x56 pad 1 (x: 1x64x56x56)")
-    print(f"{'target':10s} {'dtype':5s} {'cycles':>10s} {'bound':>10s} {'ratio':>6s} {'MACuse':>6s} "
+    print(f"{'target':10s} {'dtype':5s} {'':6s} {'cycles':>10s} {'bound':>10s} {'ratio':>6s} {'MACuse':>6s} "
           f"{'DRAM B':>11s} {'compuls. B':>11s} {'x':>6s} {'model':>10s} {'error':>6s}  tiling")
     for t in args.targets.split(","):
         for d in args.dtypes.split(","):
-            print(measure(t, DType[d]), flush=True)
+            for when in ("before", "after"):
+                print(measure(t, DType[d], when), flush=True)
 
 
 if __name__ == "__main__":
