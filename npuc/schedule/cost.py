@@ -22,7 +22,7 @@ from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
-from npuc.schedule.transfers import BandState, Rows, band_loads, operand_load, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, Rows, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -198,11 +198,12 @@ class _Costs:
             hit = self.memo[key] = (fill, len(fills), self.dmas(loads), rows, after)
         return hit
 
-    def weights(self, s: Step) -> tuple[tuple[int, int], ...]:
-        key = ("w", self.t.weight_cols(self.p), s.tc)
+    def weights(self, s: Step, planes: bool = False) -> tuple[tuple[int, int], ...]:
+        key = ("w", self.t.weight_cols(self.p), s.tc, planes)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self.dmas(weight_loads(self.p, self.t, s))
+            loads = weight_loads(self.p, self.t, s)
+            hit = self.memo[key] = self.dmas(by_planes(loads) if planes else loads)
         return hit
 
     def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:
@@ -267,6 +268,7 @@ class _Walk:
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
         self.x_state: dict[int, BandState] = {}
+        self.w_loaded = False
         self.x_reads: dict[int, dict[int, int]] = {}  # per input buffer: local row -> last reader's end
         self.out_free = [0, 0]
         self.out_slot = 0
@@ -299,15 +301,23 @@ class _Walk:
             self.t_vec = max(self.t_vec, free) + fill
             ready = max(ready, self.t_vec)
         w_slot, hit = self.wp.get(s.w_key(p, self.t))
-        if not hit:
+        w_last = tail = 0
+        if not hit and not self.w_loaded:  # the first block by planes: the array starts on the first
+            pieces = costs.weights(s, planes=True)
+            ready = max(ready, self._dma(pieces[:1], self.wp.free_at[w_slot]))
+            w_last = self._dma(pieces[1:], self.wp.free_at[w_slot])
+            self.w_loaded = True
+        elif not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
         mm, count = costs.compute(s)
+        if w_last:  # the chunks of the last plane run after it arrives
+            tail = w_last + mm // max(1, len(costs.weights(s, planes=True)))
         self.instrs += count if self.t.dataflow is Dataflow.output_stationary else 2 * count
         self.array += mm
         self.compute += fill + mm
         if s.first:  # a new output tile: its accumulator tile must be free of the last epilogue
             ready = max(ready, self.acc_free[self.acc_slot])
-        self.t_comp = max(self.t_comp, ready) + mm
+        self.t_comp = max(self.t_comp + mm, ready + mm, tail)
         self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
         r0, r1 = s.x_rows(p)
         for r in range(r0, r1):

@@ -6,8 +6,9 @@ sweep over output-channel widths, tile shapes, reduction blocks, the unfolded-ro
 loop order, and input bands of several row tiles.  Of the candidates that fit the scratchpad and
 the accumulator, the fastest by the walk-free estimate and the leanest in DRAM traffic among the
 nearly fastest are costed by the full model; among those within ``CYCLE_SLACK`` of the fastest,
-the fewest DRAM bytes win, then the fewer cycles, the smaller footprint and the candidate's
-text, so the choice is deterministic.
+the fewest DRAM bytes win (when they save at least ``LEAN_GAIN`` of the fastest one's bytes,
+else the fastest does), then the fewer cycles, the smaller footprint and the candidate's text,
+so the choice is deterministic.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ WALKED = 6
 # Among tilings within this fraction of the fastest, the one that moves the fewest DRAM bytes
 # wins (off-chip traffic is most of an edge NPU's energy).
 CYCLE_SLACK = 0.01
+# ... provided it saves at least this fraction of the fastest one's bytes (a smaller saving is
+# not worth the model's error on the cycles).
+LEAN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,18 +97,20 @@ def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
     return [p.c] + [c for c in reversed(_multiples(unit, p.c)) if c < p.c][:4]
 
 
-def _bands(p: ArrayProblem, th: int, unfold: bool) -> list[tuple[int, int]]:
+def _bands(p: ArrayProblem, th: int, tc: int, unfold: bool) -> list[tuple[int, int]]:
     """(band, input buffers) options for row tiles of ``th``: one tile per band (double
     buffered), and when there are several row tiles, the whole height or half of it as one
-    band, double or single buffered (a band loads its rows as its tiles need them, so one
-    buffer does not stall the array: the next band's first rows go where the last band's
-    first tiles read)."""
+    band, with two buffers or one for each reduction block (a band loads its rows as its tiles
+    need them, so one buffer does not stall the array: the next band's first rows go where the
+    last band's first tiles read; fewer buffers than reduction blocks would reload every band
+    for every block)."""
     out = [(0, 2)]
     if unfold or p.y.out <= th:
         return out
+    cb = len(blocks(p.c, tc))
     for band in sorted({p.y.out, math.ceil(p.y.out / 2)}, reverse=True):
         if band > th:
-            out += [(band, 2), (band, 1)]
+            out += [(band, 2 * cb), (band, cb)]
     return out
 
 
@@ -124,7 +130,7 @@ def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
                         # one channel block or one pixel tile: both orders are the same nest
                         single = th >= p.y.out and tw >= p.x.out
                         orders = ["m_outer"] if tn >= p.n or single else ["m_outer", "n_outer"]
-                        for band, x_slots in _bands(p, th, unfold):
+                        for band, x_slots in _bands(p, th, tc, unfold):
                             for order in orders:
                                 for flow in flows:
                                     out.append(ArrayTiling(th, tw, tn, tc, order, unfold, x_slots=x_slots, dataflow=flow,
@@ -246,7 +252,8 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     lean = sorted((r for r in ranked if r[0] <= fastest * (1 + CYCLE_SLACK)), key=lambda r: (r[1], r[0], r[2], r[3]))[:walk]
     walked = {r[3]: r for r in by_cycles + lean}
     full = [(estimate(target, p, r[4]), r[2], r[3], r[4]) for r in walked.values()]
-    best = min(e.cycles for e, *_ in full)
-    e, _, _, t = min((f for f in full if f[0].cycles <= best * (1 + CYCLE_SLACK)),
-                     key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))
+    fastest_e = min(full, key=lambda f: (f[0].cycles, f[1], f[2]))
+    lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
+               key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))
+    e, _, _, t = lean if lean[0].dram_bytes <= (1 - LEAN_GAIN) * fastest_e[0].dram_bytes else fastest_e
     return Choice(t, e, len(ranked))

@@ -211,6 +211,25 @@ def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
     return out
 
 
+def by_planes(loads: list[Instr]) -> list[Instr]:
+    """The same transfers, one per plane: the kernel's first weight block is loaded so, so that
+    the array starts on the first reduction chunk while the rest arrives behind it."""
+    out: list[Instr] = []
+    for op, f in loads:
+        n2 = f.get("n2", 1)
+        if n2 == 1:
+            out.append((op, f))
+            continue
+        s2 = f.get("dram_s2", f.get("n1", 1) * f.get("dram_s1", f["n0"] * f.get("dram_s0", f["esize"])))
+        l2 = f.get("local_s2", f.get("n1", 1) * f.get("local_s1", f["n0"] * f["esize"]))
+        for i in range(n2):
+            plane = {k: v for k, v in f.items() if k not in ("n2", "dram_s2", "local_s2")}
+            plane["dram_addr"] = f["dram_addr"] + i * s2
+            plane["local_addr"] = f["local_addr"] + i * l2
+            out.append((op, plane))
+    return out
+
+
 def output_store(p: ArrayProblem, s: Step) -> Instr:
     """DMA_STORE of the output tile ``[th][tw][tn]`` (scratchpad rows of ``tn`` elements)."""
     es = p.es

@@ -47,7 +47,7 @@ from npuc.schedule.problem import (
     steps,
     weight_rows,
 )
-from npuc.schedule.transfers import BandState, band_loads, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, band_loads, by_planes, output_store, quant_loads, weight_loads
 
 
 class _Buffers:
@@ -102,6 +102,7 @@ class ArrayEngine:
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
         self.acc_slot = 0
         self.x_state: dict[int, BandState] = {}  # what each input buffer holds
+        self.w_loaded = False
         self.out_slot = 0
 
     def run(self) -> None:
@@ -137,7 +138,10 @@ class ArrayEngine:
         slot, hit = self.w.get(s.w_key(self.p, self.t))
         base = self.w.addrs[slot]
         if not hit:
-            for op, f in weight_loads(self.p, self.t, s):
+            loads = weight_loads(self.p, self.t, s)
+            if not self.w_loaded:  # the first block by planes: the array starts on the first chunk
+                loads, self.w_loaded = by_planes(loads), True
+            for op, f in loads:
                 self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         return base
 
