@@ -8,7 +8,8 @@ cycles), which compute-queue instructions run (weight loads hidden behind the pr
 vector work with its latency, zero borders), and when each output tile is stored.  A small
 four-timeline model (load queue, compute queue for the array, vector queue for zero borders and
 epilogues, store queue, with buffer reuse as the only synchronisation) gives the overlap that
-double buffering buys; the DRAM port, shared by loads and stores, bounds the total from below.
+double buffering buys; the DRAM port is shared by loads and stores: a transfer takes it at the
+first free stretch from when its queue asks.
 """
 
 from __future__ import annotations
@@ -173,6 +174,46 @@ class _Pool:
         return slot, False
 
 
+class _Port:
+    """The DRAM port, shared by the load and store queues: each transfer takes it for its busy
+    cycles at the first free stretch from when its queue asks (the simulator serves requests in
+    the order they are made)."""
+
+    def __init__(self) -> None:
+        self.busy: list[list[int]] = []  # disjoint [start, end) stretches, in order
+        self.floor = 0  # no queue asks before this any more
+
+    def take(self, at: int, cycles: int) -> int:
+        """When a transfer asked for at ``at`` starts."""
+        b = self.busy
+        i = len(b)
+        while i > 0 and b[i - 1][1] > at:  # back to the last stretch that ends by ``at``
+            i -= 1
+        start = at
+        while i < len(b) and b[i][0] < start + cycles:
+            start = max(start, b[i][1])
+            i += 1
+        b.insert(i, [start, start + cycles])
+        self._merge(i)
+        return start
+
+    def _merge(self, i: int) -> None:
+        b = self.busy
+        if i + 1 < len(b) and b[i][1] == b[i + 1][0]:
+            b[i][1] = b.pop(i + 1)[1]
+        if i > 0 and b[i - 1][1] == b[i][0]:
+            b[i - 1][1] = b.pop(i)[1]
+
+    def forget_before(self, t: int) -> None:
+        """Drop the stretches that end before ``t`` (no transfer asks earlier)."""
+        b = self.busy
+        k = 0
+        while k < len(b) - 1 and b[k][1] <= t:
+            k += 1
+        if k:
+            del b[:k]
+
+
 class _Costs:
     """Per-estimate memo of what a step's transfers and compute cost, keyed by tile class."""
 
@@ -275,13 +316,18 @@ class _Walk:
         self.acc_free = [0] * t.acc_slots  # when the epilogue last reading each accumulator tile ends
         self.acc_slot = 0
         self.t_load = self.t_comp = self.t_vec = self.t_store = 0  # when each queue is next free
+        self.dram = _Port()
+        self.pending: tuple[int, int, int, int] | None = None  # a store not yet given the port
         self.port = self.array = self.compute = self.instrs = 0
 
     def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:
         """Issue loads on the load queue once their buffer is free; when the last completes."""
         ready = 0
         for busy, lat in loads:
-            self.t_load = max(self.t_load, slot_free) + busy
+            at = max(self.t_load, slot_free)
+            if self.pending is not None and self.pending[0] <= at:
+                self._commit_store()  # asked for the port before this load
+            self.t_load = self.dram.take(at, busy) + busy
             ready = max(ready, self.t_load + lat)
             self.port += busy
         self.instrs += len(loads)
@@ -346,6 +392,7 @@ class _Walk:
         self.instrs += 1 + len(self.p.epilogue)
         # the epilogue reads the accumulators once the last product has drained out of the array
         done = self.t_comp + self.costs.drain(s)
+        self._commit_store()
         self.t_vec = max(self.t_vec, done, self.out_free[self.out_slot], op_ready) + epi
         self.compute += epi
         for pool, slot in used:
@@ -353,11 +400,20 @@ class _Walk:
         self.acc_free[self.acc_slot] = self.t_vec
         self.acc_slot = (self.acc_slot + 1) % len(self.acc_free)
         busy, lat = costs.store(s)
-        self.t_store = max(self.t_store, self.t_vec) + busy
-        self.out_free[self.out_slot] = self.t_store + lat
+        # the store gets the port after the loads the walk meets later but that ask before it
+        self.pending = (max(self.t_store, self.t_vec), busy, lat, self.out_slot)
         self.out_slot ^= 1
         self.port += busy
         self.instrs += 1
+
+    def _commit_store(self) -> None:
+        if self.pending is None:
+            return
+        at, busy, lat, slot = self.pending
+        self.pending = None
+        self.t_store = self.dram.take(at, busy) + busy
+        self.dram.forget_before(min(self.t_load, self.t_store))
+        self.out_free[slot] = self.t_store + lat
 
 
 def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
@@ -366,6 +422,7 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
     w = _Walk(target, p, t)
     for s in steps(p, t):
         w.step(s)
+    w._commit_store()
     lat = target.dma.latency_cycles
     total = max(w.t_comp, w.t_vec, w.t_store + lat, w.port + 2 * lat)
     fp = footprint(p, t)
