@@ -146,7 +146,7 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
                buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)
 
 
-def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int) -> None:
+def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int, b: Any = None) -> None:
     """Emit ``n`` tiles that rotate through ``sets`` buffer sets, software-pipelined.
 
     ``fetch(i)`` emits tile i's loads (and any fills of its input buffer), ``compute(i)`` its
@@ -154,11 +154,16 @@ def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None
     set was last read by the store of tile i-1, so the emitter's ordering of that store before
     the new load sits in the compute queue after tile i's work, not in front of it (fetching
     just before each compute would make every load wait for the previous tile's compute).
+    ``b`` (a :class:`~npuc.codegen.tile_builder.TileBuilder`) is told which tile each step is of.
     """
     depth = max(1, sets - 1)
+    at = b.at if b is not None else (lambda i: None)
     for j in range(min(depth, n)):
+        at(j)
         fetch(j)
     for i in range(n):
+        at(i)
         compute(i)
         if i + depth < n:
+            at(i + depth)
             fetch(i + depth)
