@@ -5,14 +5,12 @@
   where every tensor allows it: a dense NHWC tensor plus a per-channel bias becomes
   ``[N*H*W, C]``; two dense tensors of the same layout become one long row.
 * :func:`dtype_problem`: the dtype checks every vector kernel makes.
-* :func:`estimate_cycles`: the cost figure a plan reports (DMA time against vector time).
 * :func:`largest_fitting`: the largest count whose footprint fits a budget.
 * :func:`tile_grid`: (row, column) blocks of a rows x cols iteration space.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator, Sequence
 
 from npuc.codegen.epilogue import merge_dims
@@ -67,14 +65,6 @@ def zero_point_problem(k: Any) -> str | None:
     return None
 
 
-def estimate_cycles(target: Any, dram_bytes: int, lane_ops: int, instructions: int) -> int:
-    """A plan's cost figure: the slower of the DMA port and the vector unit, plus a few cycles
-    of issue and pipeline per vector instruction and one DMA latency."""
-    dma = -(-dram_bytes // target.dma.bytes_per_cycle)
-    vec = -(-lane_ops // target.vector.lanes) + 5 * instructions
-    return max(dma, vec) + target.dma.latency_cycles
-
-
 def largest_fitting(footprint: Callable[[int], int], budget: int, limit: int) -> int:
     """The largest n in 1..limit with ``footprint(n) <= budget`` (0 when even 1 does not fit);
     ``footprint`` must grow with n."""
@@ -95,16 +85,6 @@ def tile_grid(rows: int, cols: int, tile_rows: int, tile_cols: int) -> Iterator[
     for r0 in range(0, rows, tile_rows):
         for c0 in range(0, cols, tile_cols):
             yield r0, min(tile_rows, rows - r0), c0, min(tile_cols, cols - c0)
-
-
-def burst_bytes(t: DramTensor, burst: int) -> int:
-    """DRAM bytes one pass over ``t`` moves, rounded to whole bursts per contiguous run."""
-    run = t.dtype.size
-    dims = [(n, s) for n, s in zip(t.shape, t.strides) if n != 1]
-    while dims and dims[-1][1] == run:
-        run *= dims.pop()[0]
-    runs = math.prod(n for n, s in dims if s != 0) if dims else 1
-    return runs * -(-run // burst) * burst
 
 
 PIPELINE_TILES = 6  # aim for at least this many tiles so loads, compute and stores overlap

@@ -22,7 +22,6 @@ from npuc.codegen.epilogue import (
     alloc_epilogue,
     apply_epilogue,
     epilogue_blocks,
-    epilogue_lane_ops,
     epilogue_spad_bytes,
     epilogue_supports,
     load_epilogue_operands,
