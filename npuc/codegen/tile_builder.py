@@ -23,15 +23,17 @@ class TileBuilder:
     def __init__(self, target: Any, kernel: Kernel) -> None:
         self.target = target
         self.kernel = kernel
-        self._arena = SramArena("scratchpad", target.scratchpad.size_bytes, owner=kernel.name)
+        self._arenas = {"spad": SramArena("scratchpad", target.scratchpad.size_bytes, owner=kernel.name),
+                        "acc": SramArena("accumulator", target.accumulator.size_bytes, owner=kernel.name)}
         self._buffers: list[Buffer] = []
         self._steps: list[Step] = []
         self._tile = -1
 
-    def alloc(self, nbytes: int, what: str, align: int = 64) -> int:
-        """A named scratchpad buffer of ``nbytes``; its address (CompileError when it does not fit)."""
-        addr = self._arena.alloc(nbytes, what, align)
-        self._buffers.append(Buffer(what, addr, nbytes))
+    def alloc(self, nbytes: int, what: str, align: int = 64, mem: str = "spad") -> int:
+        """A named buffer of ``nbytes`` in ``mem`` (``spad`` or ``acc``); its address
+        (CompileError when it does not fit)."""
+        addr = self._arenas[mem].alloc(nbytes, what, align)
+        self._buffers.append(Buffer(what, addr, nbytes, mem))
         return addr
 
     def at(self, tile: int) -> None:
@@ -61,7 +63,7 @@ def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:
     off the description (the estimate by :func:`npuc.schedule.vector_cost.program_cycles`)."""
     from npuc.schedule.vector_cost import program_cycles
 
-    return Plan(summary, prog.spad_bytes, 0, program_cycles(prog, target), prog)
+    return Plan(summary, prog.spad_bytes, prog.acc_bytes, program_cycles(prog, target), prog)
 
 
 def planned_program(kernel: Kernel, plan: Plan, target: Any, build) -> TileProgram:

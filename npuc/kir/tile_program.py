@@ -31,11 +31,13 @@ DRAM_ADDRESS_FIELDS = frozenset({"dram_addr"})
 
 @dataclass(frozen=True)
 class Buffer:
-    """One named scratchpad buffer: ``nbytes`` at byte address ``addr``."""
+    """One named on-chip buffer: ``nbytes`` at byte address ``addr`` of ``mem`` (``spad``, or
+    ``acc`` for the array's accumulator)."""
 
     name: str
     addr: int
     nbytes: int
+    mem: str = "spad"
 
     @property
     def end(self) -> int:
@@ -85,7 +87,11 @@ class TileProgram:
 
     @property
     def spad_bytes(self) -> int:
-        return max((b.end for b in self.buffers), default=0)
+        return max((b.end for b in self.buffers if b.mem == "spad"), default=0)
+
+    @property
+    def acc_bytes(self) -> int:
+        return max((b.end for b in self.buffers if b.mem == "acc"), default=0)
 
     @property
     def tiles(self) -> int:
@@ -105,9 +111,10 @@ class TileProgram:
         """The loop nest: buffers, the prologue, then runs of iterations with the same steps."""
         names = _Namer(self.buffers, self.tensors)
         lines = [f"{indent}tile program '{self.kernel}' ({self.kind}): {self.tiles} iterations of {self.loop}, "
-                 f"{len(self.steps)} steps, {self.spad_bytes} B of scratchpad"]
+                 f"{len(self.steps)} steps, {self.spad_bytes} B of scratchpad"
+                 + (f", {self.acc_bytes} B of accumulator" if self.acc_bytes else "")]
         for b in self.buffers:
-            lines.append(f"{indent}  buffer {b.name!r} spad[{b.addr}, {b.end})")
+            lines.append(f"{indent}  buffer {b.name!r} {b.mem}[{b.addr}, {b.end})")
         groups = list(self.by_tile())
         i = 0
         while i < len(groups):
@@ -134,15 +141,14 @@ class _Namer:
     def __init__(self, buffers: tuple[Buffer, ...], tensors: tuple[DramName, ...]) -> None:
         self.buffers = sorted(buffers, key=lambda b: b.addr)
         self.starts = [b.addr for b in self.buffers]
+        acc = sorted((b for b in buffers if b.mem == "acc"), key=lambda b: b.addr)
+        self.spad = _Lookup([b for b in self.buffers if b.mem == "spad"])
+        self.acc = _Lookup(acc)
         self.tensors = sorted(tensors, key=lambda t: t.addr)
         self.tstarts = [t.addr for t in self.tensors]
 
-    def _local(self, a: int) -> str:
-        i = bisect_right(self.starts, a) - 1
-        if i >= 0 and a < self.buffers[i].end:
-            b = self.buffers[i]
-            return f"{b.name}+{a - b.addr}" if a != b.addr else b.name
-        return str(a)
+    def _local(self, a: int, acc: bool) -> str:
+        return (self.acc if acc else self.spad).name(a)
 
     def _dram(self, a: int) -> str:
         i = bisect_right(self.tstarts, a) - 1
@@ -153,12 +159,38 @@ class _Namer:
 
     def step(self, s: Step) -> str:
         parts = []
+        f = dict(s.fields)
         for k, v in s.fields:
             if k in DRAM_ADDRESS_FIELDS:
                 v = self._dram(v)
             elif k in LOCAL_ADDRESS_FIELDS and isinstance(v, int):
-                v = self._local(v)
+                v = self._local(v, _in_acc(s.op, k, f))
             elif hasattr(v, "name") and not isinstance(v, (int, float)):
                 v = v.name
             parts.append(f"{k}={v}")
         return f"{s.op} " + " ".join(parts)
+
+
+def _in_acc(op: str, field_name: str, fields: dict) -> bool:
+    """Whether an address field of a step points into the accumulator."""
+    if op == "MATMUL":
+        return field_name == "out_addr"
+    if field_name == "local_addr":
+        return getattr(fields.get("local"), "name", fields.get("local")) == "acc"
+    space = fields.get(f"{field_name}_space")
+    return getattr(space, "name", space) == "acc"
+
+
+class _Lookup:
+    """The buffer holding an address."""
+
+    def __init__(self, buffers: list[Buffer]) -> None:
+        self.buffers = buffers
+        self.starts = [b.addr for b in buffers]
+
+    def name(self, a: int) -> str:
+        i = bisect_right(self.starts, a) - 1
+        if i >= 0 and a < self.buffers[i].end:
+            b = self.buffers[i]
+            return f"{b.name}+{a - b.addr}" if a != b.addr else b.name
+        return str(a)

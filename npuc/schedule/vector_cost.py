@@ -7,7 +7,9 @@ machine runs it:
 
 * a step starts after the previous step of its queue (the load and store queues pipeline: the
   next transfer starts when the previous one has left the DRAM port; the execute queues start
-  when the previous instruction has completed);
+  when the previous instruction has completed, except where the definition's ``may_follow`` or
+  ``pipelines_after`` lets it start beside or right behind it: LOAD_WEIGHTS beside a MATMUL,
+  MATMUL behind MATMUL);
 * after every earlier step of another queue that touches the same bytes with one of the two
   writing (what the emitter's tokens enforce), has completed;
 * when its unit is free: the vector unit in program order; the DRAM port, shared by loads and
@@ -68,6 +70,7 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
     """Every step of ``steps`` placed on the four-queue timeline (see the module docstring)."""
     qfree = [0] * _NQ
     used = [False] * _NQ
+    last: list[tuple[str, int, int, tuple] | None] = [None] * _NQ  # execute queues: (op, start, own end, regions)
     ufree = [0] * len(Unit)
     port = _Port()
     accesses: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # mem -> (queue, lo, hi, writes, end)
@@ -79,6 +82,11 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
         busy, lat = d.timing(args, target, regions)
         q, unit = int(d.queue), int(d.unit)
         t = qfree[q]
+        prev = last[q]
+        if prev is not None and prev[0] in d.may_follow and not _conflict(prev[3], regions):
+            t = prev[1]  # starts beside the previous one (the array's second weight buffer)
+        elif prev is not None and prev[0] in d.pipelines_after:
+            t = prev[2]  # streams in as soon as the previous one's own work is done
         for r in regions:
             for (aq, lo, hi, w, end) in accesses.get(int(r.mem), ()):
                 if aq != q and end > t and (w or r.writes) and lo < r.end and r.addr < hi:
@@ -90,6 +98,7 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
             ufree[unit] = t + busy
         end = t + busy + lat
         if _EXECUTES[q]:
+            last[q] = (s.op, t, end, regions)
             end = max(end, qfree[q])
             qfree[q] = end
         else:
@@ -101,6 +110,12 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
         if n % 64 == 63:
             _prune(accesses, min(qfree[i] for i in range(_NQ) if used[i]))
     return out
+
+
+def _conflict(a, b) -> bool:
+    """True when two region lists touch a common byte with one of them writing."""
+    return any(ra.mem == rb.mem and (ra.writes or rb.writes) and ra.addr < rb.end and rb.addr < ra.end
+               for ra in a for rb in b)
 
 
 def _prune(accesses: dict[int, list], horizon: int) -> None:

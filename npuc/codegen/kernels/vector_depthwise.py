@@ -42,7 +42,8 @@ from npuc.codegen.epilogue import (
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernel import register_kernel
+from npuc.codegen.kernel import SramArena, register_kernel
+from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_program, array_tilings
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
@@ -142,6 +143,19 @@ class DepthwiseKernel:
             kernel.epilogue, kernel.dtype, target)
 
     def plan(self, kernel: Kernel, target) -> Plan:
+        """The cheapest of :meth:`alternatives` by the cost model (the vector unit on a tie)."""
+        return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
+
+    def alternatives(self, kernel: Kernel, target) -> list[Plan]:
+        """Every schedule considered for this layer, costed: the vector unit's, then the array's."""
+        return [self._vector_plan(kernel, target)] + [
+            tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
+                      f"{p.rows} output rows x {p.chans} channels per tile, one diagonal weight tile per tap",
+                      array_program(kernel, p, target), target)
+            for p in array_tilings(kernel, target)
+        ]
+
+    def _vector_plan(self, kernel: Kernel, target) -> Plan:
         x, out = kernel.inputs[0], kernel.output
         n, c, _, _ = x.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -170,8 +184,11 @@ class DepthwiseKernel:
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(kernel, plan, em.target, self.program), em)
 
-    def program(self, kernel: Kernel, p: DepthwisePlan, target) -> TileProgram:
-        """The schedule of ``kernel`` at tiling ``p``, as data."""
+    def program(self, kernel: Kernel, p, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``p`` (on the vector unit, or an
+        :class:`ArrayDepthwisePlan`: on the array), as data."""
+        if isinstance(p, ArrayDepthwisePlan):
+            return array_program(kernel, p, target)
         tb = TileBuilder(target, kernel)
         _Emission(kernel, p, tb).run()
         return tb.finish(f"{p.rows} output rows x {p.chans} channels", p)
@@ -188,7 +205,8 @@ class _Emission:
         self.kh, self.kw = _kernel_hw(k)
         self.es = k.dtype.size
         self.rin, self.wp = _geometry(k, p.rows)
-        arena = em  # the TileBuilder: named buffers
+        # a TileBuilder names the buffers; a plain emitter (a caller's own program) gets an arena
+        arena = em if hasattr(em, "alloc") else SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
         es, ow = self.es, self.ow
         self.wbuf = arena.alloc(self.kh * self.kw * self.c * es, "weights")
         self.wexp = arena.alloc(self.kh * self.kw * ow * p.chans * es, "repeated weights") if p.expand else None
@@ -216,7 +234,7 @@ class _Emission:
             bias, rec = self.k.inputs[2], self.k.inputs[3]
             dma_nd(self.em, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
             dma_nd(self.em, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
-        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, self.em)
+        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, self.em if hasattr(self.em, "at") else None)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
         b, o0, c0 = self.tiles[i]
