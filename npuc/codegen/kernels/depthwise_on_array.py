@@ -135,6 +135,15 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
     return out
 
 
+def array_matmul_cycles(k: Kernel, target) -> int:
+    """A lower bound of the array schedule: one input row per cycle for every output pixel, tap
+    and block of channels (the MATMULs' own time, nothing else)."""
+    n, c = k.inputs[0].shape[:2]
+    oh, ow = k.output.shape[2:]
+    kh, kw = k.inputs[1].shape[2:]
+    return n * oh * ow * kh * kw * -(-c // _block(target))
+
+
 def array_program(k: Kernel, p: ArrayDepthwisePlan, target) -> TileProgram:
     """The schedule of depthwise kernel ``k`` on the array at tiling ``p``, as data."""
     tb = TileBuilder(target, k)

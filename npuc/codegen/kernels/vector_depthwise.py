@@ -43,7 +43,7 @@ from npuc.codegen.epilogue import (
     vector_nd,
 )
 from npuc.codegen.kernel import SramArena, register_kernel
-from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_program, array_tilings
+from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_matmul_cycles, array_program, array_tilings
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
@@ -147,8 +147,12 @@ class DepthwiseKernel:
         return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
 
     def alternatives(self, kernel: Kernel, target) -> list[Plan]:
-        """Every schedule considered for this layer, costed: the vector unit's, then the array's."""
-        return [self._vector_plan(kernel, target)] + [
+        """Every schedule worth costing for this layer: the vector unit's, then the array's
+        (not built when even the array's MATMUL cycles alone would exceed the vector estimate)."""
+        vector = self._vector_plan(kernel, target)
+        if array_matmul_cycles(kernel, target) >= vector.est_cycles:
+            return [vector]
+        return [vector] + [
             tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
                       f"{p.rows} output rows x {p.chans} channels per tile, one diagonal weight tile per tap",
                       array_program(kernel, p, target), target)
