@@ -1,7 +1,7 @@
 """Depthwise convolutions on either unit: both schedules correct, the cheaper one chosen.
 
 ``DepthwiseKernel.alternatives`` gives the vector unit's schedule and the array's (diagonal
-weight tiles).  Each is run on the simulator: fp16 against PyTorch in fp32 (relative L2 below
+weight tiles, at a few channel-block widths).  Each is run on the simulator: fp16 against PyTorch in fp32 (relative L2 below
 3e-3), int8 bit for bit against the quantized op's reference.  ``plan`` must pick the one with
 the fewest estimated cycles, and the estimate must be what the simulator measures (within 10%).
 """
@@ -117,7 +117,7 @@ def test_fp16_both_units_match_pytorch(case):
     args, target = FP16_CASES[case]
     kernel, values, ref = fp16_case(*args)
     runs = run_alternatives(kernel, target, values)
-    assert len(runs) == 2 and isinstance(runs[1][0].details.choice, ArrayDepthwisePlan)
+    assert len(runs) >= 2 and all(isinstance(p.details.choice, ArrayDepthwisePlan) for p, _, _ in runs[1:])
     for plan, out, _ in runs:
         assert _rel(out, ref) < 3e-3, plan.summary
     _check_choice(kernel, target, runs)
@@ -135,7 +135,7 @@ def test_int8_both_units_are_bit_exact(case):
     args, target = INT8_CASES[case]
     kernel, values, ref = int8_case(*args)
     runs = run_alternatives(kernel, target, values)
-    assert len(runs) == 2
+    assert len(runs) >= 2
     for plan, out, _ in runs:
         assert int((out != ref.reshape(out.shape)).sum()) == 0, plan.summary
     _check_choice(kernel, target, runs)
@@ -149,7 +149,7 @@ def test_the_array_is_chosen_for_a_mobilenet_layer():
 
 def test_no_array_alternative_without_array_fp16():
     kernel, _, _ = int8_case(1, 8, 6, 3, 1, 1)
-    assert len(IMPL.alternatives(place(kernel)[0], SMALL)) == 2  # int8 MACs on npu-small
+    assert len(IMPL.alternatives(place(kernel)[0], SMALL)) >= 2  # int8 MACs on npu-small
     fp16 = fp16_case(1, 8, 6, 3, 1, 1)[0]
     no_fp16_array = [t for t in (SMALL,) if "fp16" not in t.array.dtypes]
     for t in no_fp16_array:

@@ -109,8 +109,9 @@ def _set_spad(k: Kernel, rows: int, chans: int) -> int:
 
 
 def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
-    """The tilings worth costing: all channels per tile if they fit, else the widest block
-    count that does, each with as many output rows as the scratchpad and accumulator allow."""
+    """The tilings worth costing: all channels per tile, and blocks of 2 and 4 array widths of
+    channels, each with as many output rows as the scratchpad and accumulator allow (wide
+    blocks make fewer tiles, narrow ones longer MATMULs; the cost model decides)."""
     if array_problem(k, target):
         return []
     kb = _block(target)
@@ -118,8 +119,7 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
     oh, ow = k.output.shape[2:]
     spad, acc = target.scratchpad.size_bytes, target.accumulator.size_bytes
     out: list[ArrayDepthwisePlan] = []
-    chans = min(c, (MAX_COUNT // kb) * kb)
-    while chans >= 1:
+    for chans in sorted({min(c, (MAX_COUNT // kb) * kb), min(c, 4 * kb), min(c, 2 * kb)}, reverse=True):
         def fits(r: int, ch: int = chans) -> int:
             over_acc = ACC_TILES * _r(r * ow * ch * 4) > acc
             return spad + 1 if over_acc else _fixed_spad(k, ch, kb) + NSETS * _set_spad(k, r, ch)
@@ -128,10 +128,6 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
         if rows:
             rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (ow * chans * k.dtype.size)))
             out.append(ArrayDepthwisePlan(rows, chans, *k.inputs[1].shape[2:]))
-            break
-        if chans <= kb:
-            break
-        chans = max(kb, (chans // 2) // kb * kb)
     return out
 
 
