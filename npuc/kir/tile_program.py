@@ -136,14 +136,12 @@ class TileProgram:
 
 
 class _Namer:
-    """Addresses as ``buffer+offset`` (scratchpad) or ``tensor+offset`` (DRAM)."""
+    """Addresses as ``buffer+offset`` (scratchpad, accumulator) or ``tensor+offset`` (DRAM)."""
 
     def __init__(self, buffers: tuple[Buffer, ...], tensors: tuple[DramName, ...]) -> None:
-        self.buffers = sorted(buffers, key=lambda b: b.addr)
-        self.starts = [b.addr for b in self.buffers]
-        acc = sorted((b for b in buffers if b.mem == "acc"), key=lambda b: b.addr)
-        self.spad = _Lookup([b for b in self.buffers if b.mem == "spad"])
-        self.acc = _Lookup(acc)
+        ordered = sorted(buffers, key=lambda b: b.addr)
+        self.spad = _Lookup([b for b in ordered if b.mem == "spad"])
+        self.acc = _Lookup([b for b in ordered if b.mem == "acc"])
         self.tensors = sorted(tensors, key=lambda t: t.addr)
         self.tstarts = [t.addr for t in self.tensors]
 
