@@ -236,3 +236,13 @@ def test_tile_program_text_is_a_loop_nest():
     assert "buffer 'tile 0'" in text
     assert "iterations 0.." in text and "DMA_LOAD" in text and "VUN" in text and "DMA_STORE" in text
     assert "local_addr=tile " in text and "dram_addr=x" in text
+
+
+def test_codegen_printout_shows_the_tile_programs():
+    from npuc.codegen.driver import code_text
+    from tests.report.analysislib import compiled
+
+    text = code_text(compiled().compiled.codes)
+    assert "tile program 'block.dw" in text or "(depthwise_conv2d)" in text
+    assert "buffer 'input 0' spad[" in text
+    assert "before the loop:" in text and "iteration" in text
