@@ -44,7 +44,7 @@ class Buffer:
         return self.addr + self.nbytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One instruction of the schedule: its op, its fields (as docs/isa.md names them) and the
     tile-loop iteration it belongs to (-1 before the loop)."""

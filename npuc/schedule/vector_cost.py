@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from npuc.isa.enums import Queue, Unit
 from npuc.isa.instr import build_args, get_def
-from npuc.kir.tile_program import Step, TileProgram
+from npuc.kir.tile_program import DRAM_ADDRESS_FIELDS, LOCAL_ADDRESS_FIELDS, Step, TileProgram
 
 _NQ = len(Queue)
 _EXECUTES = tuple(q.executes for q in Queue)
@@ -69,17 +69,23 @@ class _Port:
 def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
     """Every step of ``steps`` placed on the four-queue timeline (see the module docstring)."""
     qfree = [0] * _NQ
-    used = [False] * _NQ
     last: list[tuple[str, int, int, tuple] | None] = [None] * _NQ  # execute queues: (op, start, own end, regions)
     ufree = [0] * len(Unit)
     port = _Port()
-    accesses: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # mem -> (queue, lo, hi, writes, end)
+    accesses: dict[tuple[int, int], list[tuple[int, int, bool, int]]] = {}  # (mem, queue) -> (lo, hi, writes, end)
     out: list[Timed] = []
-    for n, s in enumerate(steps):
-        d = get_def(s.op)
-        args = build_args(d, s.kwargs())
-        regions = d.regions(args)
-        busy, lat = d.timing(args, target, regions)
+    shapes: dict[tuple, _Shape] = {}
+    for s in steps:
+        key = s.shape_key()
+        shape = shapes.get(key)
+        if shape is None:
+            shape, reusable = _shape(s, target)
+            if reusable:
+                shapes[key] = shape
+        d, busy, lat = shape.defn, shape.busy, shape.latency
+        fields = dict(s.fields)
+        regions = tuple((mem, lo, lo + span, w) for mem, lo, span, w in
+                        ((mem, (fields[f] if f else 0) + off, span, w) for mem, f, off, span, w in shape.regions))
         q, unit = int(d.queue), int(d.unit)
         t = qfree[q]
         prev = last[q]
@@ -87,10 +93,18 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
             t = prev[1]  # starts beside the previous one (the array's second weight buffer)
         elif prev is not None and prev[0] in d.pipelines_after:
             t = prev[2]  # streams in as soon as the previous one's own work is done
-        for r in regions:
-            for (aq, lo, hi, w, end) in accesses.get(int(r.mem), ()):
-                if aq != q and end > t and (w or r.writes) and lo < r.end and r.addr < hi:
-                    t = end
+        for mem, rlo, rhi, rw in regions:
+            for p in range(_NQ):
+                if p == q:
+                    continue
+                # a queue's steps complete in order: the latest conflicting one is the one to wait
+                # for, and the scan stops at the first step that completes before t
+                for lo, hi, w, end in reversed(accesses.get((mem, p), ())):
+                    if end <= t:
+                        break
+                    if (w or rw) and lo < rhi and rlo < hi:
+                        t = end
+                        break
         if unit == _DMA:
             t = port.place(t, busy)
         elif unit != int(Unit.ctrl):
@@ -103,25 +117,47 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
             qfree[q] = end
         else:
             qfree[q] = t + busy
-        used[q] = True
-        for r in regions:
-            accesses.setdefault(int(r.mem), []).append((q, r.addr, r.end, r.writes, end))
+        for mem, rlo, rhi, rw in regions:
+            accesses.setdefault((mem, q), []).append((rlo, rhi, rw, end))
         out.append(Timed(q, t, end))
-        if n % 64 == 63:
-            _prune(accesses, min(qfree[i] for i in range(_NQ) if used[i]))
     return out
 
 
 def _conflict(a, b) -> bool:
     """True when two region lists touch a common byte with one of them writing."""
-    return any(ra.mem == rb.mem and (ra.writes or rb.writes) and ra.addr < rb.end and rb.addr < ra.end
-               for ra in a for rb in b)
+    return any(ma == mb and (wa or wb) and la < hb and lb < ha for ma, la, ha, wa in a for mb, lb, hb, wb in b)
 
 
-def _prune(accesses: dict[int, list], horizon: int) -> None:
-    """Forget accesses that completed before any queue can next start."""
-    for mem, lst in accesses.items():
-        accesses[mem] = [a for a in lst if a[4] > horizon]
+@dataclass(frozen=True)
+class _Shape:
+    """What a step's definition says apart from its addresses: its timing, and each region as
+    (memory, the address field it starts at or None, offset from it (or the absolute address),
+    extent, writes)."""
+
+    defn: Any
+    busy: int
+    latency: int
+    regions: tuple[tuple[int, str | None, int, int, bool], ...]
+
+
+def _shape(s: Step, target: Any) -> tuple[_Shape, bool]:
+    """The step's shape, and whether steps with the same fields but other addresses share it
+    (every region starts at exactly one address field; else it is worked out per step)."""
+    d = get_def(s.op)
+    fields = s.kwargs()
+    args = build_args(d, fields)
+    regions = d.regions(args)
+    busy, lat = d.timing(args, target, regions)
+    addr_fields = [(k, v) for k, v in fields.items() if k in LOCAL_ADDRESS_FIELDS or k in DRAM_ADDRESS_FIELDS]
+    out, reusable = [], True
+    for r in regions:
+        at = [k for k, v in addr_fields if v == r.addr]
+        if len(at) == 1:
+            out.append((int(r.mem), at[0], 0, r.end - r.addr, r.writes))
+        else:  # no single field to follow: this step's own absolute region, not shared
+            reusable = False
+            out.append((int(r.mem), None, r.addr, r.end - r.addr, r.writes))
+    return _Shape(d, busy, lat, tuple(out)), reusable
 
 
 def program_cycles(prog: TileProgram, target: Any) -> int:
