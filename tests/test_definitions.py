@@ -61,7 +61,7 @@ def test_every_binary_epilogue_op_is_lowered_and_accepted_with_an_operand_or_a_s
 
 def test_the_epilogue_ops_are_the_float_vector_ops_of_the_registry():
     assert UNARY_EPILOGUE_OPS == {"relu", "clamp", "sigmoid", "tanh", "silu", "gelu", "hardswish", "hardsigmoid",
-                                  "exp", "neg", "abs", "sqrt", "rsqrt", "reciprocal"}
+                                  "exp", "neg", "abs", "sqrt", "rsqrt", "reciprocal", "log", "log1p"}
     assert BINARY_EPILOGUE_OPS == {"add", "sub", "mul", "div", "maximum", "minimum"}
     assert not (UNARY_EPILOGUE_OPS | BINARY_EPILOGUE_OPS) - ops_with(Trait.IMAGE_PRESERVING)
 
