@@ -1,0 +1,59 @@
+"""NPU kernels of the ops issue 14 added: conv_transpose2d as a convolution over the zero-inserted
+input (every stride, padding -- a border that crops included --, output padding, dilation and
+groups, depthwise among them), log and log1p as vector steps; each compiled with no CPU op and
+within the fp16 tolerance of PyTorch eager (npuc.report.accuracy)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import npuc
+from npuc.report.accuracy import check_outputs
+
+# (in channels, out channels, kernel, stride, padding, output padding, dilation, groups, input H x W)
+CONV_T = [
+    (3, 4, (3, 3), 2, 1, 1, 1, 1, (4, 4)),  # the usual decoder upsampling
+    (4, 4, (2, 2), 2, 0, 0, 1, 1, (3, 5)),  # U-Net's 2x2 / 2
+    (2, 3, (3, 1), 1, 1, 0, 1, 1, (5, 3)),  # stride 1, equal border: the conv pads, no buffer
+    (3, 3, (1, 3), 2, 0, 1, 2, 3, (2, 4)),  # depthwise, dilated, output padding
+    (2, 2, (3, 3), 3, 2, 2, 1, 2, (3, 2)),  # grouped, padding larger than the border: crops
+    (1, 2, (4, 4), 2, 3, 0, 1, 1, (5, 5)),  # crops on both sides
+    (4, 2, (3, 2), 1, 0, 0, 2, 2, (1, 3)),  # one input row
+]
+
+
+@pytest.mark.parametrize("case", CONV_T, ids=lambda c: "c{}o{}k{}s{}p{}op{}d{}g{}".format(*c[:2], "x".join(map(str, c[2])), *c[3:8]))
+def test_conv_transpose2d_on_the_npu(case):
+    c, o, k, s, p, op, d, g, (h, w) = case
+    torch.manual_seed(sum(k) + s + p)
+    m = nn.ConvTranspose2d(c, o, k, stride=s, padding=p, output_padding=op, dilation=d, groups=g).eval()
+    x = torch.randn(2, c, h, w)
+    art = npuc.compile(m, (x,), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    assert all(cc.ok for cc in check_outputs(art.run(x), m, (x,)))
+
+
+def test_conv_transpose2d_with_runtime_weights_says_why_it_stays_on_the_cpu():
+    class RuntimeW(nn.Module):
+        def forward(self, x, w):
+            return torch.nn.functional.conv_transpose2d(x, w, stride=2)
+
+    x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 3, 2, 2)
+    art = npuc.compile(RuntimeW().eval(), (x, w), target="npu-mid")
+    (reason,) = [o.reason for o in art.report.cpu_ops if o.op == "conv_transpose2d"]
+    assert "weights computed at run time" in reason
+
+
+@pytest.mark.parametrize("fn", [torch.log1p, torch.log], ids=["log1p", "log"])
+def test_logarithms_on_the_npu_small_and_large(fn):
+    class Log(nn.Module):
+        def forward(self, x):
+            return fn(x.abs() * 1e-3 + 1e-4) + fn(x.abs() * 100 + 1)
+
+    x = torch.randn(3, 40, generator=torch.Generator().manual_seed(5))
+    m = Log().eval()
+    art = npuc.compile(m, (x,), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    assert all(cc.ok for cc in check_outputs(art.run(x), m, (x,)))
