@@ -57,3 +57,54 @@ def test_logarithms_on_the_npu_small_and_large(fn):
     art = npuc.compile(m, (x,), target="npu-mid")
     assert not art.report.cpu_ops, art.report.explain()
     assert all(cc.ok for cc in check_outputs(art.run(x), m, (x,)))
+
+
+# ------------------------------------------------------------------------------------ int8
+
+class _Int8Ops(nn.Module):
+    """conv -> elu -> flip -> conv -> expm1 / log1p of a magnitude / log of a positive value."""
+
+    def __init__(self, which: str) -> None:
+        super().__init__()
+        self.which = which
+        self.c1 = nn.Conv2d(3, 6, 3, padding=1)
+        self.c2 = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        if self.which == "elu":
+            y = torch.nn.functional.elu(y, 0.7)
+        elif self.which == "selu":
+            y = torch.nn.functional.selu(y)
+        elif self.which == "flip":
+            y = torch.flip(torch.relu(y), [1, 2])
+        elif self.which == "expm1":
+            y = torch.expm1(torch.clamp(y, -3.0, 2.0))
+        elif self.which == "log1p":
+            y = torch.log1p(torch.relu(y))
+        elif self.which == "log":
+            y = torch.log(torch.sigmoid(y))
+        return self.c2(y)
+
+
+@pytest.mark.parametrize("which", ["elu", "selu", "flip", "expm1", "log1p", "log"])
+def test_int8_new_ops_run_on_the_npu_bit_exact(which):
+    from npuc.artifact import compile_graph, quantized_graph, resolve_target
+    from npuc.interp import interpret
+    from npuc.pipeline import run_graph_passes
+    from npuc.report.accuracy import rel_l2
+
+    torch.manual_seed(3)
+    m = _Int8Ops(which).eval()
+    x = torch.randn(1, 3, 8, 8)
+    calib = [(torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(s)),) for s in range(4)]
+    tgt = resolve_target("npu-mid")
+    g = run_graph_passes(quantized_graph(m, (x,), tgt, calib, f"int8_{which}"))
+    ops = {n.op for n in g.nodes}
+    assert ("flip" if which == "flip" else "qlut") in ops, ops
+    art = compile_graph(g, tgt, quantize="int8")
+    assert art.cpu_segments == 0, art.report.explain()
+    (out,) = art.run(x)
+    assert torch.equal(out, interpret(g, x)[0])
+    with torch.no_grad():
+        assert rel_l2(out, m(x)) < 0.1
