@@ -187,6 +187,12 @@ class CompareAttrs:
     op: str
 
 
+def _grid_attrs() -> type:
+    from npuc.ir.ops.resample import GridSampleAttrs
+
+    return GridSampleAttrs
+
+
 def _conv_attrs() -> type:
     from npuc.ir.ops.linalg import Conv2dAttrs
 
@@ -226,4 +232,5 @@ KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
     KindDef("lut"),
     KindDef("compare", CompareAttrs),
     KindDef("select"),
+    KindDef("grid_sample", _grid_attrs),
 )}

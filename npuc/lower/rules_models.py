@@ -215,3 +215,18 @@ def lower_conv_transpose(ctx: LowerContext, node: Node):
         dst = dst.slice(d, first + i0 * s, first + (i1 - 1) * s + 1, s)
     copy = ctx.kernel(node, "copy", (src,), dst, suffix=".insert")
     return single(fill, copy, conv(buf, (0, 0)))
+
+
+@rule("grid_sample")
+def lower_grid_sample(ctx: LowerContext, node: Node):
+    """``grid_sample`` as one ``grid_sample`` kernel (VGATHER of the image's channels-last rows
+    by the computed corner indices, docs/kernels.md); x is copied channels-last first when it
+    is not.  Reflection padding and bicubic sampling stay on the CPU."""
+    a = node.attrs
+    if a.mode not in ("bilinear", "nearest"):
+        return f"grid_sample mode {a.mode!r}: the NPU samples bilinear or nearest only"
+    if a.padding_mode not in ("zeros", "border"):
+        return f"grid_sample padding_mode {a.padding_mode!r}: the NPU pads with zeros or the border only"
+    x, grid = node.inputs
+    xt, pre = channels_last(ctx, node, ctx.tensor(x))
+    return single(*pre, ctx.kernel(node, "grid_sample", (xt, ctx.tensor(grid)), ctx.out(node.outputs[0]), a))

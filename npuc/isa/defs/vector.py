@@ -510,3 +510,50 @@ _vector(
     check=lambda a, t: float_problem(t, a.dtype),
     validate=lambda a: acc_operand_problem(a, {"dst": a.dtype, "mask": a.dtype, "a": a.dtype}),
 )
+
+
+# ------------------------------------------------------------------------------------ VGATHER
+def _vgather_regions(a):
+    es = a.dtype.size
+    return (
+        Region(Mem.spad, a.idx, (a.n1,), (a.idx_s,), DType.int32.np, "r", "idx"),
+        Region(Mem.spad, a.table, (a.table_rows, a.n0), (a.table_s1, es), a.dtype.np, "r", "table"),
+        region2d(a, "dst", a.dtype, "w"),
+    )
+
+
+def _vgather_exec(st, a, regions) -> None:
+    idx_r, table_r, dst = regions
+    idx = st.read(idx_r).astype(np.int64)
+    bad = np.flatnonzero((idx < 0) | (idx >= a.table_rows))
+    if bad.size:
+        i = int(bad[0])
+        raise SimulationError(f"VGATHER row index {int(idx[i])} (index {i}) is outside the table's {a.table_rows} rows")
+    st.write(dst, st.read(table_r)[idx])
+
+
+_vector(
+    "VGATHER",
+    0x3A,
+    "Gather rows of a table in the scratchpad by computed int32 row indices (grid sampling, gathers).",
+    [
+        _dtype("dtype", "element type of the table and dst"),
+        *_counts(),
+        *operand("dst", "the gathered rows", _es("dtype")),
+        addr("idx", LOCAL_ADDR_BITS, "scratchpad byte address of the n1 int32 row indices"),
+        uint("idx_s", 16, "byte stride between row indices", default=Derived("4")),
+        addr("table", LOCAL_ADDR_BITS, "scratchpad byte address of table row 0"),
+        count("table_rows", "rows of the table (an index must be below it)"),
+        uint("table_s1", 24, "byte stride between table rows", default=Derived("n0 * dtype.size")),
+    ],
+    _vgather_regions,
+    _vgather_exec,
+    lambda a: a.n0 * a.n1 + a.n1,
+    "dst[i1][i0] = table[idx[i1]][i0] for i1 < n1, i0 < n0: row idx[i1] (int32 at idx + i1*idx_s) of "
+    "the table, element i0 at table + idx[i1]*table_s1 + i0*esize. An index outside [0, table_rows) "
+    "stops the simulator with an error (the compiler clamps indices and zeroes the weights of "
+    "samples outside the input). The whole table counts as read.",
+    f"Lane-ops: n0 x n1 + n1 (one address computation per row). {_RW_DOC} (the whole table counts as read).",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype}),
+)
