@@ -108,3 +108,80 @@ def test_int8_new_ops_run_on_the_npu_bit_exact(which):
     assert torch.equal(out, interpret(g, x)[0])
     with torch.no_grad():
         assert rel_l2(out, m(x)) < 0.1
+
+
+# ------------------------------------------------------------------------------ grid_sample
+
+class _Sample(nn.Module):
+    def __init__(self, mode: str, padding: str, align: bool) -> None:
+        super().__init__()
+        self.args = dict(mode=mode, padding_mode=padding, align_corners=align)
+
+    def forward(self, x, grid):
+        return torch.nn.functional.grid_sample(x, grid, **self.args)
+
+
+# (mode, padding, align_corners, x shape, output H x W); the grid reaches past [-1, 1]
+GRID = [
+    ("bilinear", "zeros", False, (2, 3, 5, 7), (4, 5)),
+    ("bilinear", "zeros", True, (1, 4, 8, 8), (8, 8)),
+    ("bilinear", "border", False, (1, 2, 3, 1), (2, 6)),
+    ("bilinear", "border", True, (2, 1, 4, 4), (3, 3)),
+    ("nearest", "zeros", False, (1, 3, 6, 5), (5, 4)),
+    ("nearest", "border", True, (2, 2, 2, 9), (1, 7)),
+]
+
+
+@pytest.mark.parametrize("case", GRID, ids=lambda c: f"{c[0]}-{c[1]}-{'ac' if c[2] else 'noac'}")
+def test_grid_sample_on_the_npu(case):
+    mode, padding, align, shape, (ho, wo) = case
+    gen = torch.Generator().manual_seed(ho * 10 + wo)
+    x = torch.randn(*shape, generator=gen)
+    grid = torch.rand(shape[0], ho, wo, 2, generator=gen) * 2.4 - 1.2
+    grid[0, 0, 0] = torch.tensor([1.0, -1.0])  # exactly on the corners
+    m = _Sample(mode, padding, align).eval()
+    art = npuc.compile(m, (x, grid), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    assert all(cc.ok for cc in check_outputs(art.run(x, grid), m, (x, grid)))
+
+
+def test_grid_sample_zeros_padding_does_not_turn_an_infinite_border_pixel_into_nan():
+    x = torch.zeros(1, 1, 3, 3)
+    x[0, 0, :, 2] = float("inf")  # the right column; samples left of it never reach it
+    grid = torch.tensor([[[[-1.5, 0.0], [-0.6, 0.3]]]])  # one sample outside (left), one inside
+    m = _Sample("bilinear", "zeros", True).eval()
+    art = npuc.compile(m, (x, grid), target="npu-mid")
+    (out,) = art.run(x, grid)
+    torch.testing.assert_close(out, m(x, grid))
+
+
+@pytest.mark.parametrize("mode,padding", [("bicubic", "zeros"), ("bilinear", "reflection")])
+def test_grid_sample_modes_the_npu_lacks_say_why(mode, padding):
+    x, grid = torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1
+    art = npuc.compile(_Sample(mode, padding, False).eval(), (x, grid), target="npu-mid")
+    (reason,) = [o.reason for o in art.report.cpu_ops if o.op == "grid_sample"]
+    assert (mode if mode == "bicubic" else padding) in reason and "the NPU" in reason
+
+
+def test_vgather_gathers_rows_and_refuses_an_index_outside_the_table():
+    import numpy as np
+
+    from npuc.isa import assemble
+    from npuc.runtime.sim import simulate
+    from npuc.targets import load_target
+
+    mid = load_target("npu-mid")
+    table = np.arange(12, dtype=np.float16).reshape(4, 3)
+    image = np.zeros(512, np.uint8)
+    image[0:24] = table.reshape(-1).view(np.uint8)
+    image[64:76] = np.array([3, 0, 2], np.int32).view(np.uint8)
+    text = """
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=128 signal=vector
+    VGATHER dtype=fp16 n0=3 n1=3 dst=0x100 idx=64 table=0 table_rows=4 wait=load signal=store
+    DMA_STORE esize=2 dram_addr=256 local_addr=0x100 n0=9 wait=vector
+    END"""
+    got = np.frombuffer(simulate(assemble(text), mid, image).dram, np.uint8)[256:274].view(np.float16)
+    np.testing.assert_array_equal(got.reshape(3, 3), table[[3, 0, 2]])
+    image[64:68] = np.array([4], np.int32).view(np.uint8)
+    with pytest.raises(npuc.NpucError, match="row index 4 .* outside the table's 4 rows"):
+        simulate(assemble(text), mid, image)
