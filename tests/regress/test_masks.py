@@ -127,3 +127,14 @@ def test_comparing_integer_token_ids_stays_on_the_cpu_with_a_reason():
     assert "i64 values" in reasons["ne"]
     assert "mul" not in reasons  # the float mask is used on the NPU
     torch.testing.assert_close(art.run(ids, h)[0], Ids()(ids, h))
+
+
+def test_a_boolean_the_cpu_computes_is_a_mask_the_npu_selects_with():
+    class Mixed(nn.Module):
+        def forward(self, x, keep):
+            return torch.where(torch.logical_not(keep), x, -2.0) * 3
+
+    x, keep = _grid(2, 9, seed=6), _grid(2, 9, seed=7) > 0
+    art = npuc.compile(Mixed().eval(), (x, keep), target="npu-mid")
+    assert [o.op for o in art.report.cpu_ops] == ["logical_not"]  # it reads the boolean model input
+    torch.testing.assert_close(art.run(x, keep)[0], Mixed()(x, keep), rtol=0, atol=0)
