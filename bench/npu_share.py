@@ -68,7 +68,15 @@ def measure(name: str) -> dict:
             "tolerance": c.tolerance, "ok": c.ok, "seconds": time.perf_counter() - start}
 
 
-def main(names: list[str]) -> None:
+def main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", help=f"models to measure: {', '.join(MODELS)} (default: all)")
+    names = ap.parse_args(argv).models
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     warnings.filterwarnings("ignore")
     for name in names or list(MODELS):
         r = measure(name)
