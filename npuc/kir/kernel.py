@@ -179,6 +179,20 @@ class QBinaryAttrs:
     op: str
 
 
+@dataclass(frozen=True)
+class CompareAttrs:
+    """``compare``: ``op`` one of eq, ne, lt, le, gt, ge (the VCMP comparisons); the result is a
+    0/1 mask in the kernel's dtype, the NPU's form of a boolean."""
+
+    op: str
+
+
+def _grid_attrs() -> type:
+    from npuc.ir.ops.resample import GridSampleAttrs
+
+    return GridSampleAttrs
+
+
 def _conv_attrs() -> type:
     from npuc.ir.ops.linalg import Conv2dAttrs
 
@@ -216,4 +230,7 @@ KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
     KindDef("fill", FillAttrs),
     KindDef("qbinary", QBinaryAttrs, int8_requantizes=True),
     KindDef("lut"),
+    KindDef("compare", CompareAttrs),
+    KindDef("select"),
+    KindDef("grid_sample", _grid_attrs),
 )}
