@@ -71,12 +71,40 @@ class Stripe:
 
 
 def chain_stripes(members: tuple[Kernel, ...], intermediates: tuple[str, ...], stripe_rows: int) -> tuple[Stripe, ...]:
-    """The stripes of a chain whose last member's output is cut into bands of ``stripe_rows``."""
+    """The stripes of a chain whose last member's output is cut into bands of ``stripe_rows``;
+    each holds the rows of the intermediates and of the staged inputs (:func:`staged_inputs`)."""
     last = members[-1].output.shape[2]
+    held = set(intermediates) | {t.name for t in staged_inputs(members, intermediates)}
     out = []
     for r0 in range(0, last, stripe_rows):
-        out.append(_stripe(members, set(intermediates), r0, min(last, r0 + stripe_rows)))
+        out.append(_stripe(members, held, r0, min(last, r0 + stripe_rows)))
     return tuple(out)
+
+
+def _rows_contiguous(t: DramTensor) -> bool:
+    """A one-image channels-last tensor whose rows follow each other with no gap."""
+    es = t.dtype.size
+    n, c, h, w = t.shape
+    return n == 1 and t.strides[1] == es and t.strides[3] == c * es and t.strides[2] == w * c * es
+
+
+def staged_inputs(members: tuple[Kernel, ...], intermediates: tuple[str, ...]) -> tuple[DramTensor, ...]:
+    """The chain's activation inputs read a stripe at a time: per stripe, the rows the members
+    read are loaded once into a scratchpad buffer (one DMA of contiguous rows) and every member
+    reads them from there, so that a member's own re-reads (one per output-channel tile) and the
+    reads of several members (a block input read by the first convolution and by the residual
+    add) cost scratchpad copies, not DRAM bytes.  Only whole-width, row-contiguous tensors that
+    every member views the same way are staged."""
+    inter = set(intermediates)
+    views: dict[str, set] = {}
+    for k in members:
+        reads = [k.inputs[j] for j in spatial_inputs(k)]
+        reads += [e.operand for e in k.epilogue if e.operand is not None and e.operand.shape[2] == k.output.shape[2]
+                  and e.operand.shape[2] > 1]
+        for t in reads:
+            if t.name not in inter:
+                views.setdefault(t.name, set()).add(t)
+    return tuple(next(iter(v)) for name, v in sorted(views.items()) if len(v) == 1 and _rows_contiguous(next(iter(v))))
 
 
 def _stripe(members: tuple[Kernel, ...], inter: set[str], r0: int, r1: int) -> Stripe:
@@ -165,7 +193,7 @@ class ChainLayout:
     the part the members plan and emit in (``member_bytes``)."""
 
     member_bytes: int
-    buffers: tuple[tuple[str, int, int], ...]  # (intermediate, spad address, bytes)
+    buffers: tuple[tuple[str, int, int], ...]  # (intermediate or staged input, spad address, bytes)
     resident: tuple[tuple[str, int, int], ...]  # (constant buffer, spad address, bytes)
 
     @property
@@ -174,15 +202,20 @@ class ChainLayout:
         return max(ends, default=self.member_bytes) - self.member_bytes
 
 
+def held_names(attrs: ChainAttrs) -> tuple[str, ...]:
+    """The tensors a stripe holds rows of: the intermediates, then the staged inputs."""
+    return tuple(attrs.intermediates) + tuple(t.name for t in staged_inputs(attrs.members, attrs.intermediates))
+
+
 def chain_layout(attrs: ChainAttrs, spad_bytes: int, stripes: tuple[Stripe, ...]) -> ChainLayout | None:
     """Where the chain's buffers go (top of the scratchpad), or None when they leave the members
     less than a quarter of it."""
     members = attrs.members
-    producers = {k.output.name: k for k in members}
+    held = {k.output.name: k.output for k in members} | {t.name: t for t in staged_inputs(members, attrs.intermediates)}
     sizes = []
-    for name in attrs.intermediates:
+    for name in held_names(attrs):
         rows = max(b - a for s in stripes for n, a, b in s.held if n == name)
-        sizes.append((name, _align(max(1, rows) * row_bytes(producers[name].output))))
+        sizes.append((name, _align(max(1, rows) * row_bytes(held[name]))))
     res = [(t.name, _align(buffer_bytes(t))) for t in constant_inputs(members)] if attrs.resident_weights else []
     total = sum(n for _, n in sizes + res)
     member = (spad_bytes - total) // ALIGN * ALIGN
@@ -268,9 +301,13 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
     twice), intermediates copied in scratchpad, constants loaded once when resident (then copied
     per stripe) or per stripe."""
     members, inter = attrs.members, set(attrs.intermediates)
+    staged = {t.name: row_bytes(t) for t in staged_inputs(members, attrs.intermediates)}
     consts = {t.name: buffer_bytes(t) for t in constant_inputs(members)}
     cycles = dram = copies = macs = 0
     for s in stripes:
+        for name, a, b in s.held:
+            if name in staged:
+                dram += (b - a) * staged[name]
         for k, (o0, o1) in zip(members, s.out_rows):
             if o1 <= o0:
                 continue
@@ -278,7 +315,7 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
             d = c = 0
             for t in band.tensors():
                 b = _view_bytes(t)
-                if t.name in inter:
+                if t.name in inter or t.name in staged:
                     c += b
                 elif t.name in consts:
                     if attrs.resident_weights:

@@ -42,6 +42,7 @@ from npuc.schedule.cascade_cost import (
     estimate,
     externals,
     row_bytes,
+    staged_inputs,
 )
 
 _COPY_DTYPE = {1: DType.int8, 2: DType.fp16, 4: DType.int32}
@@ -190,14 +191,23 @@ class FusedChain:
                 local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
         fixed = list(local.windows)
         producers = {m.output.name: m for m in a.members}
+        staged = staged_inputs(members, a.intermediates)
         buffers = {name: spad for name, spad, _ in p.layout.buffers}
         for s, plans in zip(p.stripes, p.bands):
             local.windows = list(fixed)
-            for i, name in enumerate(a.intermediates):
+            for name in a.intermediates:
                 lo, hi = s.rows_of(name)
                 rb = row_bytes(producers[name].output)
                 v = virtual[name]
                 local.windows.append((v + lo * rb, v + hi * rb, buffers[name] - (v + lo * rb), name))
+            for t in staged:  # this stripe's rows of each staged input: one load, read by copies
+                lo, hi = s.rows_of(t.name)
+                if hi <= lo:
+                    continue
+                rb = row_bytes(t)
+                start = t.addr + lo * rb
+                dma_nd(em, "DMA_LOAD", start, ((hi - lo) * rb,), (1,), buffers[t.name], (1,), 1)
+                local.windows.append((start, start + (hi - lo) * rb, buffers[t.name] - start, t.name))
             for m, (o0, o1), bp in zip(members, s.out_rows, plans):
                 if bp is not None:
                     get_kernel(m.kind).emit(band_kernel(m, o0, o1), bp, local)
