@@ -2,7 +2,7 @@
 
 After partition and epilogue fusion, an NPU segment is a sequence of kernels that each read and
 write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_conv2d``,
-``eltwise``, ``qbinary``: a convolution chain, an inverted residual block with its residual add,
+``pool2d``, ``eltwise``, ``qbinary``: a convolution chain, an inverted residual block with its residual add,
 a basic block) whose intermediate tensors are read only inside the run can instead run in
 stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
 
@@ -81,7 +81,19 @@ def fusable(k: Kernel) -> bool:
         return False
     if k.kind in ("eltwise", "qbinary") and any(t.shape != k.output.shape for t in spatial):
         return False
+    if k.kind == "pool2d" and not _banded_pool(k):
+        return False
     return all(e.operand.shape[2] in (1, k.output.shape[2]) for e in k.epilogue if e.operand is not None)
+
+
+def _banded_pool(k: Kernel) -> bool:
+    """A pool whose bands compute what the whole does: a max pool (padding is -inf wherever it
+    is), or an average without padding or ceil_mode (every divisor the window size); not a
+    global pool (its one output row reads every input row)."""
+    a = k.attrs
+    if tuple(a.kernel) == tuple(k.inputs[0].shape[2:]):
+        return False
+    return a.kind == "max" or (tuple(a.padding) == (0, 0) and not a.ceil_mode)
 
 
 def _intermediate(k: Kernel, later: tuple[Kernel, ...], readers, protected, sizes) -> bool:

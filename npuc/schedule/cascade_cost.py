@@ -25,7 +25,7 @@ from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.tensor import DramTensor
 
 ALIGN = 64
-ROW_KINDS = frozenset({"conv2d", "depthwise_conv2d", "eltwise", "qbinary"})
+ROW_KINDS = frozenset({"conv2d", "depthwise_conv2d", "pool2d", "eltwise", "qbinary"})
 
 
 def _align(n: int) -> int:
@@ -42,6 +42,9 @@ def row_window(k: Kernel) -> tuple[int, int, int, int]:
     if k.kind in ("conv2d", "depthwise_conv2d"):
         a = k.attrs
         return k.inputs[1].shape[2], a.stride[0], a.padding[0], a.dilation[0]
+    if k.kind == "pool2d":
+        a = k.attrs
+        return a.kernel[0], a.stride[0], a.padding[0], a.dilation[0]
     return 1, 1, 0, 1
 
 
@@ -149,7 +152,7 @@ def band_kernel(k: Kernel, o0: int, o1: int) -> Kernel:
     for j in spatial_inputs(k):
         inputs[j] = rows_view(inputs[j], lo, hi)
     attrs = k.attrs
-    if k.kind in ("conv2d", "depthwise_conv2d"):
+    if k.kind in ("conv2d", "depthwise_conv2d", "pool2d"):
         attrs = replace(attrs, padding=(pad, attrs.padding[1]))
     epilogue = tuple(replace(e, operand=rows_view(e.operand, o0, o1)) if e.operand is not None else e
                      for e in k.epilogue)
@@ -263,7 +266,13 @@ def _member_cycles(target, k: Kernel, rows: int, dram: int, copies: int) -> int:
     vector unit, plus one DMA latency per band (the pipeline fill)."""
     macs = _macs(k, rows)
     elems = k.output.shape[0] * k.output.shape[1] * rows * k.output.shape[3]
-    lanes = (2 * macs if k.kind == "depthwise_conv2d" else elems * (1 + len(k.epilogue))) + copies // k.dtype.size
+    if k.kind == "depthwise_conv2d":
+        lanes = 2 * macs
+    elif k.kind == "pool2d":
+        lanes = elems * k.attrs.kernel[0] * k.attrs.kernel[1]
+    else:
+        lanes = elems * (1 + len(k.epilogue))
+    lanes += copies // k.dtype.size
     array = macs / target.peak_macs_per_cycle if k.kind == "conv2d" else 0
     return int(max(array, dram / target.dram_bytes_per_cycle, lanes / target.vector.lanes)) + target.dma.latency_cycles
 

@@ -59,6 +59,19 @@ class BasicBlock(torch.nn.Module):
         return torch.relu(x + self.c2(torch.relu(self.c1(x))))
 
 
+class Stem(torch.nn.Module):
+    """ResNet's stem and a first conv: 3x3/2 conv, relu, 3x3/2 max pool (padded), 3x3 conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(self.pool(torch.relu(self.c1(x))))
+
+
 def small_spad(kib: int):
     """npu-mid with a smaller scratchpad, so that the chains need several stripes."""
     t = load_target("npu-mid")
@@ -77,7 +90,8 @@ def stripes(lk) -> int:
     (TwoBlocks, (1, 8, 37, 23), 64),
     (lambda: BasicBlock(16), (1, 16, 45, 31), 32),
     (lambda: InvertedResidual(16, 64, 16, 1), (1, 16, 31, 17), 512),
-], ids=["inverted-residual-stride2", "basic-block", "whole-tensors"])
+    (Stem, (1, 3, 67, 45), 32),
+], ids=["inverted-residual-stride2", "basic-block", "whole-tensors", "conv-maxpool-conv"])
 def test_fp16_chains_match_eager_and_move_fewer_bytes(model, shape, kib):
     torch.manual_seed(0)
     m = model().eval()
@@ -96,18 +110,22 @@ def test_fp16_chains_match_eager_and_move_fewer_bytes(model, shape, kib):
     assert fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
 
 
-def test_int8_chain_is_bit_exact_with_uneven_stripes():
+@pytest.mark.parametrize("model,shape,member,kib", [
+    (TwoBlocks, (1, 8, 37, 23), "qbinary", 48),  # the residual qadd inside the chain
+    (Stem, (1, 3, 67, 45), "pool2d", 16),  # a padded max pool inside the chain
+], ids=["inverted-residual", "conv-maxpool-conv"])
+def test_int8_chain_is_bit_exact_with_uneven_stripes(model, shape, member, kib):
     torch.manual_seed(1)
-    m = TwoBlocks().eval()
-    x = torch.randn(1, 8, 37, 23)
-    calib = [(torch.randn(1, 8, 37, 23),) for _ in range(2)]
-    g = run_graph_passes(import_quantized(m, (x,), calib, name="two_blocks"))
+    m = model().eval()
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="chain"))
     (want,) = interpret(g, x)
-    target = small_spad(48)
+    target = small_spad(kib)
     fused = compile_graph(g, target, quantize="int8")
     cs = chains(fused)
     assert cs and any(stripes(lk) > 1 for lk in cs)
-    assert any("qbinary" in (mm.kind for mm in lk.kernel.attrs.members) for lk in cs)  # the residual qadd
+    assert any(member in (mm.kind for mm in lk.kernel.attrs.members) for lk in cs)
     (got,) = fused.run(x)
     assert torch.equal(got, want)
     unfused = compile_graph(g, target, quantize="int8", fuse_layers=False)
