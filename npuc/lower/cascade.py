@@ -2,7 +2,7 @@
 
 After partition and epilogue fusion, an NPU segment is a sequence of kernels that each read and
 write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_conv2d``,
-``pool2d``, ``eltwise``, ``qbinary``: a convolution chain, an inverted residual block with its residual add,
+``pool2d``, ``eltwise``, ``qbinary``, ``lut``: a convolution chain, an inverted residual block with its residual add,
 a basic block) whose intermediate tensors are read only inside the run can instead run in
 stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
 
@@ -79,7 +79,7 @@ def fusable(k: Kernel) -> bool:
     es = k.dtype.size
     if k.output.strides[1] != es or any(t.strides[1] != es for t in spatial):
         return False
-    if k.kind in ("eltwise", "qbinary") and any(t.shape != k.output.shape for t in spatial):
+    if k.kind in ("eltwise", "qbinary", "lut") and any(t.shape != k.output.shape for t in spatial):
         return False
     if k.kind == "pool2d" and not _banded_pool(k):
         return False

@@ -25,7 +25,7 @@ from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.tensor import DramTensor
 
 ALIGN = 64
-ROW_KINDS = frozenset({"conv2d", "depthwise_conv2d", "pool2d", "eltwise", "qbinary"})
+ROW_KINDS = frozenset({"conv2d", "depthwise_conv2d", "pool2d", "eltwise", "qbinary", "lut"})
 
 
 def _align(n: int) -> int:

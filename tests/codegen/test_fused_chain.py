@@ -72,6 +72,20 @@ class Stem(torch.nn.Module):
         return self.c2(self.pool(torch.relu(self.c1(x))))
 
 
+class HardswishBlock(torch.nn.Module):
+    """MobileNetV3's block without squeeze-excitation: int8 hardswish activations are LUT kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 32, 1)
+        self.b = torch.nn.Conv2d(32, 32, 5, stride=2, padding=2, groups=32)
+        self.c = torch.nn.Conv2d(32, 8, 1)
+
+    def forward(self, x):
+        h = torch.nn.functional.hardswish
+        return self.c(h(self.b(h(self.a(x)))))
+
+
 def small_spad(kib: int):
     """npu-mid with a smaller scratchpad, so that the chains need several stripes."""
     t = load_target("npu-mid")
@@ -113,7 +127,8 @@ def test_fp16_chains_match_eager_and_move_fewer_bytes(model, shape, kib):
 @pytest.mark.parametrize("model,shape,member,kib", [
     (TwoBlocks, (1, 8, 37, 23), "qbinary", 48),  # the residual qadd inside the chain
     (Stem, (1, 3, 67, 45), "pool2d", 16),  # a padded max pool inside the chain
-], ids=["inverted-residual", "conv-maxpool-conv"])
+    (HardswishBlock, (1, 8, 41, 27), "lut", 24),  # LUT activations inside the chain
+], ids=["inverted-residual", "conv-maxpool-conv", "hardswish-lut"])
 def test_int8_chain_is_bit_exact_with_uneven_stripes(model, shape, member, kib):
     torch.manual_seed(1)
     m = model().eval()
