@@ -126,8 +126,11 @@ def format_epilogue(e: EpilogueOp) -> str:
 def _kernel_body(k: Kernel) -> list[str]:
     lines = [f"in {format_tensor(t)}" for t in k.inputs]
     lines.append(f"out {format_tensor(k.output)}")
+    members = getattr(k.attrs, "members", ())
     if k.attrs is not None:
-        lines.append(f"attrs {format_value(k.attrs)}")
+        lines.append(f"attrs {format_value(dataclasses.replace(k.attrs, members=()) if members else k.attrs)}")
+    for m in members:  # a fused chain's member kernels, nested
+        lines += print_kernel(m).splitlines()
     if k.quant is not None:
         lines.append(f"quant {format_record(k.quant)}")
     lines += [format_epilogue(e) for e in k.epilogue]
@@ -354,9 +357,10 @@ def _kernel(t: _Tokens) -> Kernel | LKernel:
     attrs = quant = None
     epilogue: list[EpilogueOp] = []
     sources: tuple[str, ...] = ()
+    members: list[Kernel] = []
     while not t.accept("}"):
         kw_line = t.line()
-        kw = t.expect_kind("ident", "a kernel line (in, out, attrs, quant, epilogue, sources)")
+        kw = t.expect_kind("ident", "a kernel line (in, out, attrs, quant, epilogue, sources, kernel)")
         if kw == "in":
             inputs.append(_tensor(t))
         elif kw == "out":
@@ -369,10 +373,19 @@ def _kernel(t: _Tokens) -> Kernel | LKernel:
             epilogue.append(_epilogue(t))
         elif kw == "sources":
             sources = tuple(_value(t))
+        elif kw == "kernel":  # a member of a fused chain
+            t.i -= 1
+            members.append(_kernel(t))
         else:
             raise ParseError(f"line {kw_line}: unknown kernel line '{kw}'")
     if output is None:
         raise ParseError(f"line {line}: kernel '{name}' has no 'out' line")
+    if members:
+        if not dataclasses.is_dataclass(attrs) or "members" not in {f.name for f in dataclasses.fields(attrs)}:
+            raise ParseError(f"line {line}: kernel '{name}' nests kernels but its attrs take no members")
+        if any(isinstance(m, LKernel) for m in members):
+            raise ParseError(f"line {line}: a member of kernel '{name}' carries provenance (ops ... macs)")
+        attrs = dataclasses.replace(attrs, members=tuple(members))
     k = Kernel(name, kind, tuple(inputs), output, attrs, tuple(epilogue), dtype, sources, quant)
     if provenance is None:
         return k
