@@ -29,12 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, MAX_COUNT, Tile, channels_last_block, dma_nd, f32, load_pieces, rows_block, store_pieces
-from npuc.codegen.kernel import SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import burst_bytes, dtype_problem, estimate_cycles, largest_fitting
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.kernels.vector_common import dtype_problem, largest_fitting
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
+from npuc.kir.tile_program import TileProgram
 
 F32, I32, F16 = DType.fp32, DType.int32, DType.fp16
 MAX_TILE = MAX_COUNT // 2  # the grid block converts as one row of 2 x P values
@@ -122,39 +124,44 @@ class GridSampleKernel:
         if p == 0:
             raise CompileError(f"kernel '{kernel.name}': no grid_sample tile fits beside the image")
         corners = 4 if kernel.attrs.mode == "bilinear" else 1
-        tiles = n * -(-pixels // p)
-        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in kernel.tensors())
-        lane = n * pixels * (30 + corners * (16 + 3 * c))
-        est = estimate_cycles(target, dram, lane, tiles * (12 + corners * 16))
         summary = f"grid_sample {kernel.attrs.mode}/{kernel.attrs.padding_mode}: {n} images of {h}x{w}x{c}, " \
                   f"tiles of {p} of {pixels} pixels, {corners} corners"
-        return Plan(summary, table + _tile_bytes(p, c), 0, est, GridPlan(p, table))
+        return tile_plan(summary, self.program(kernel, GridPlan(p, table), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, gp: GridPlan, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``gp``, as data: the scalars before the loop, then
+        one iteration per pixel tile (the first of each image loads its table)."""
         x, grid = kernel.inputs
         a = kernel.attrs
         n, c, h, w = x.shape
         ho, wo = grid.shape[1:3]
         es = x.dtype.size
-        gp: GridPlan = plan.details
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
-        table = arena.alloc(h * w * c * es, "image table")
-        scal = arena.alloc(4 * _SCALARS, "scalars")
+        em = TileBuilder(target, kernel)
+        table = em.alloc(h * w * c * es, "image table")
+        scal = em.alloc(4 * _SCALARS, "scalars")
         p = gp.tile
-        buf = _Buffers(arena, p, c)
+        buf = _Buffers(em, p, c)
         em.emit("VFILL", dtype="fp32", n0=1, dst=scal, value=0.0)
         em.emit("VFILL", dtype="fp32", n0=1, dst=scal + 4, value=f32(w - 1))
         em.emit("VFILL", dtype="fp32", n0=1, dst=scal + 8, value=f32(h - 1))
         em.emit("VFILL", dtype="fp16", n0=1, dst=scal + 12, value=0.0)
+        it = 0
         for b in range(n):
+            em.at(it)
             dma_nd(em, "DMA_LOAD", x.offset((b, 0, 0, 0)), (h, w, c), (x.strides[2], x.strides[3], x.strides[1]),
                    table, (w * c * es, c * es, es), es)
             for p0 in range(0, ho * wo, p):
+                em.at(it)
+                it += 1
                 np_ = min(p, ho * wo - p0)
                 r0 = b * ho * wo + p0
                 load_pieces(em, rows_block(grid, (0, 1, 2), 3, r0, np_, 0, 2), Tile(buf.g16, np_, 2, F16))
                 self._tile(em, a, buf, np_, c, h, w, table, scal)
                 store_pieces(em, Tile(buf.out, np_, c, F16), channels_last_block(kernel.output, r0, np_, 0, c))
+        return em.finish(f"tiles of {p} pixels, {n} images", gp)
 
     def _tile(self, em, a, buf: "_Buffers", p: int, c: int, h: int, w: int, table: int, scal: int) -> None:
         v = _Vec(em, p)
@@ -221,7 +228,7 @@ class GridSampleKernel:
 class _Buffers:
     """The scratchpad temporaries of one tile of ``p`` pixels (see :func:`_tile_bytes`)."""
 
-    def __init__(self, arena: SramArena, p: int, c: int) -> None:
+    def __init__(self, arena: TileBuilder, p: int, c: int) -> None:
         v = 4 * p
         self.g16 = arena.alloc(4 * p, "grid fp16")
         self.g32 = arena.alloc(8 * p, "grid fp32")

@@ -32,21 +32,14 @@ from npuc.codegen.epilogue import (
     rows_block,
     store_pieces,
 )
-from npuc.codegen.kernel import SramArena, register_kernel
-from npuc.codegen.kernels.vector_common import (
-    burst_bytes,
-    canonical,
-    dtype_problem,
-    estimate_cycles,
-    largest_fitting,
-    overlap_cap,
-    pipeline,
-    tile_grid,
-)
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.kernels.vector_common import canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.errors import CompileError
 from npuc.isa.enums import CmpOp
 from npuc.kir.kernel import CompareAttrs, Kernel
 from npuc.kir.plan import Plan
+from npuc.kir.tile_program import TileProgram
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
 
@@ -121,24 +114,23 @@ class _MaskKernel:
             tr = overlap_cap(rows, tr, max(1, 4096 // (cols * k.dtype.size)))
         elif rows == 1:
             tc = overlap_cap(cols, tc, 2048)
-        spad = NSETS * self._set_bytes(k, tr, tc)
-        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in k.tensors())
-        steps = 2 if self.kind == "select" else 1
-        ntiles = -(-rows // tr) * -(-cols // tc)
-        est = estimate_cycles(target, dram, k.output.numel * steps, ntiles * steps)
+        choice = MaskPlan(rows, cols, tr, tc)
         summary = f"{self.kind} {rows}x{cols} in {tr}x{tc} tiles, {NSETS} buffer sets"
-        return Plan(summary, spad, 0, est, MaskPlan(rows, cols, tr, tc))
+        return tile_plan(summary, self.program(kernel, choice, target), target)
 
     def compute(self, em, k: Kernel, tile: Tile, operands: list[Tile | None]) -> None:
         raise NotImplementedError
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, p: MaskPlan, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``p``, as data."""
         k = self._canonical(kernel)
-        p: MaskPlan = plan.details
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        b = TileBuilder(target, kernel)
         nbytes = _aligned(p.tile_rows * p.tile_cols * k.dtype.size)
-        sets = [(arena.alloc(nbytes, "tile"), [arena.alloc(nbytes, f"operand {j}") for j in range(self.arity)])
-                for _ in range(NSETS)]
+        sets = [(b.alloc(nbytes, f"tile {i}"), [b.alloc(nbytes, f"operand {j} {i}") for j in range(self.arity)])
+                for i in range(NSETS)]
         row_dims = tuple(range(k.output.rank - 1))
         col = k.output.rank - 1
         grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
@@ -156,18 +148,19 @@ class _MaskKernel:
             for j, t in enumerate(k.inputs):
                 pieces = block(t, i)
                 if j == self.direct and broadcast_kind(pieces) == "full":
-                    load_pieces(em, pieces, tile)
+                    load_pieces(b, pieces, tile)
                     loaded.append(None)  # already in the result tile
                 else:
-                    loaded.append(load_operand(em, pieces, nr, nc, k.dtype, bufs[j], nbytes))
+                    loaded.append(load_operand(b, pieces, nr, nc, k.dtype, bufs[j], nbytes))
             pending[i] = (tile, loaded)
 
         def compute(i: int) -> None:
             tile, loaded = pending.pop(i)
-            self.compute(em, k, tile, loaded)
-            store_pieces(em, tile, block(k.output, i))
+            self.compute(b, k, tile, loaded)
+            store_pieces(b, tile, block(k.output, i))
 
-        pipeline(len(grid), fetch, compute, NSETS)
+        pipeline(len(grid), fetch, compute, NSETS, b)
+        return b.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
 
 
 class CompareKernel(_MaskKernel):
