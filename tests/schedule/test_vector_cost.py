@@ -19,8 +19,10 @@ from npuc.codegen.emitter import Emitter
 from npuc.codegen.harness import place
 from npuc.codegen.kernel import get_kernel, kernel_kinds
 from npuc.ir.ops.linalg import Conv2dAttrs
+from npuc.ir.ops.resample import GridSampleAttrs
 from npuc.isa.enums import DType
 from npuc.kir.kernel import (
+    CompareAttrs,
     EpilogueOp,
     FillAttrs,
     Kernel,
@@ -132,6 +134,31 @@ def fill(shape, dt=F16):
     return Kernel("fill", "fill", (), _nhwc("y", shape, dt), attrs=FillAttrs(0.0), dtype=dt)
 
 
+def _seen_as(name, bshape, shape, dt=F16):
+    """A tensor of ``bshape`` broadcast to ``shape`` (channels-last where it is a full 4-D tensor)."""
+    from npuc.lower.layout import broadcast_to
+
+    order = NHWC if len(shape) == 4 and bshape == shape else None
+    return broadcast_to(_t(name, bshape, dt, order), shape)
+
+
+def compare(op, shape, bshape):
+    a, b = _nhwc("a", shape, F16), _seen_as("b", bshape, shape)
+    return Kernel("cmp", "compare", (a, b), _nhwc("y", shape, F16), CompareAttrs(op), (), F16)
+
+
+def select(shape, mshape, bshape):
+    m, a, b = _seen_as("m", mshape, shape), _nhwc("a", shape, F16), _seen_as("b", bshape, shape)
+    return Kernel("sel", "select", (m, a, b), _nhwc("y", shape, F16), None, (), F16)
+
+
+def grid_sample(n, c, hw, out_hw, mode, padding, align=False):
+    x = _nhwc("x", (n, c, hw, hw), F16)
+    grid = _t("g", (n, out_hw, out_hw, 2), F16)
+    return Kernel("gs", "grid_sample", (x, grid), _nhwc("y", (n, c, out_hw, out_hw), F16),
+                  GridSampleAttrs(mode, padding, align), (), F16)
+
+
 FP16_CASES = {
     "eltwise-56x56x32": eltwise((1, 32, 56, 56)),
     "eltwise-14x14x96": eltwise((1, 96, 14, 14)),
@@ -152,6 +179,15 @@ FP16_CASES = {
     "copy-permute-12x197x64": copy_permute((12, 197, 64), (1, 0, 2)),
     "copy-nchw-to-nhwc": copy_layout((1, 24, 56, 56)),
     "fill-1x32x58x58": fill((1, 32, 58, 58)),
+    "compare-gt-28x28x64": compare("gt", (1, 64, 28, 28), (1, 64, 28, 28)),
+    "compare-ge-threshold-8x1000": compare("ge", (8, 1000), (1,)),
+    "compare-eq-channel-14x14x96": compare("eq", (1, 96, 14, 14), (1, 96, 1, 1)),
+    "select-28x28x64": select((1, 64, 28, 28), (1, 64, 28, 28), (1, 64, 28, 28)),
+    "select-masked-fill-12x197x197": select((12, 197, 197), (1, 197, 197), (1,)),
+    "select-row-mask-64x512": select((64, 512), (64, 1), (64, 512)),
+    "grid-sample-bilinear-zeros-14x14x32": grid_sample(1, 32, 14, 14, "bilinear", "zeros"),
+    "grid-sample-bilinear-border-align-2x16x16x8": grid_sample(2, 8, 16, 16, "bilinear", "border", True),
+    "grid-sample-nearest-zeros-28x28x16": grid_sample(1, 16, 28, 20, "nearest", "zeros"),
 }
 
 INT8_CASES = {
