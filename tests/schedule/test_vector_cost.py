@@ -275,10 +275,12 @@ def test_tile_program_text_is_a_loop_nest():
 
 
 def test_codegen_printout_shows_the_tile_programs():
+    import npuc
     from npuc.codegen.driver import code_text
-    from tests.report.analysislib import compiled
+    from tests.report.analysislib import tiny_model
 
-    text = code_text(compiled().compiled.codes)
+    model, inputs = tiny_model()  # unfused: a fused chain prints its own plan, not its members'
+    text = code_text(npuc.compile(model, inputs, target="npu-mid", name="tinynet", fuse_layers=False).compiled.codes)
     assert "tile program 'block.dw" in text or "(depthwise_conv2d)" in text
     assert "buffer 'input 0' spad[" in text
     assert "before the loop:" in text and "iteration" in text
