@@ -43,11 +43,7 @@ def canonical_json(obj) -> str:
 
 
 def target_json(target) -> str:
-    doc = dataclasses.asdict(target)
-    triple = doc.pop("host_triple", None)  # the target file's optional [host] table
-    if triple is not None:
-        doc["host"] = {"triple": triple}
-    return canonical_json(doc)
+    return canonical_json(target.document())
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,

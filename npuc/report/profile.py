@@ -317,7 +317,7 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
     for lab in order:
         a = acts.get(lab, Actions())
         row = info.get(lab, [lab, "", [], "", a.macs, 0])
-        energy = sum(energy_breakdown(a, target.energy).values()) + static_pj_per_cycle * cycles.get(lab, 0)
+        energy = sum(energy_breakdown(a, target).values()) + static_pj_per_cycle * cycles.get(lab, 0)
         out.append(LayerProfile(
             name=lab or "(program)", op="+".join(row[2]), kind=row[1], segment=r.name, source=row[3],
             cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=a.dram_read + a.dram_write,

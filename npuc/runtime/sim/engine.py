@@ -14,7 +14,8 @@ head can start once
   ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
   ``MATMUL_OS`` into the tile still draining waits for the drain);
-* its unit is free (the DRAM port is shared by loads and stores);
+* its unit is free (a DMA's unit is the port of the memory its address falls in: one port is
+  shared by loads and stores and by every memory behind it; DMAs on different ports overlap);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
 
 Instructions of an execute queue complete in order (an instruction started beside a longer
@@ -74,7 +75,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
     last_step: list[Step | None] = [None] * _NQ  # each execute queue's last instruction
     last_start = [0] * _NQ  # and its start
     last_own_end = [0] * _NQ  # and when its own work was done (before in-order retirement)
-    ufree = [0] * len(Unit)
+    ufree = [0] * max([len(Unit)] + [s.resource + 1 for s in steps])  # units, then the DMA ports beyond the first
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
     ends = [0] * len(steps)
@@ -104,8 +105,8 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
             if not ready:
                 continue
             asked = t  # when it could start if its unit were free
-            if ufree[s.unit] > t:
-                t = ufree[s.unit]
+            if ufree[s.resource] > t:
+                t = ufree[s.resource]
             if best_q < 0 or (t, asked) < (best_t, best_asked):
                 best_t, best_q, best_asked = t, q, asked
         if best_q < 0:
@@ -123,7 +124,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         start = best_t
         issue_end = start + s.busy
         end = issue_end + s.latency
-        ufree[s.unit] = issue_end
+        ufree[s.resource] = issue_end
         if _EXECUTES[best_q]:
             last_own_end[best_q] = end
             end = max(end, qfree[best_q])  # in-order completion
