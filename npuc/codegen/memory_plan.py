@@ -130,12 +130,18 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
     use = {mem.name: {"constants": 0, "io": 0, "activations": 0} for mem in t.memories}
     blob, consts = _pack_constants(m)
     const_size = align(len(blob))
+    life = lifetimes(m)
+    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
+    io = [b for kind in (INPUT, OUTPUT) for b in m.buffers if b.kind == kind]
+    if len(t.memories) == 1:
+        _check_fits_one(m, const_size, sum(align(b.nbytes) for b in io), greedy_by_size(acts, life)[1])
     wmem = t.weight_memory
+    if const_size > wmem.size_bytes:
+        _refuse(m, "the constants", const_size, "weights", top, const_size)
     base = t.window_of(wmem.name).base
     placed += [Placed(b, base + off, memory=wmem.name) for b, off in consts]
     regions.append(("constants", "CONSTANTS", base, const_size))
     top[wmem.name] = use[wmem.name]["constants"] = const_size
-    io = [b for kind in (INPUT, OUTPUT) for b in m.buffers if b.kind == kind]
     io_mem = _first_with_room(t, "io", top, sum(align(b.nbytes) for b in io))
     if io_mem is None:
         _refuse(m, "its inputs and outputs", sum(align(b.nbytes) for b in io), "io", top, const_size)
@@ -149,8 +155,6 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
                 top[io_mem.name] = align(top[io_mem.name] + b.nbytes)
         regions.append((region, "IO", io_base + start, top[io_mem.name] - start))
     use[io_mem.name]["io"] = top[io_mem.name] - before_io
-    life = lifetimes(m)
-    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
     peak_all = 0
     for i, mem in enumerate(t.memories_holding("activations")):
         if not acts and i:
@@ -199,6 +203,17 @@ def _first_with_room(t, what: str, top: dict[str, int], nbytes: int):
         if top[mem.name] + nbytes <= mem.size_bytes:
             return mem
     return None
+
+
+def _check_fits_one(m: LoweredModel, consts: int, io: int, acts: int) -> None:
+    """With one memory: the whole arena against it, named as the DRAM."""
+    have = m.target.memories[0].size_bytes
+    arena = consts + io + align(acts)
+    if arena > have:
+        raise CompileError(
+            f"model '{m.name}' needs {arena:,} bytes of DRAM (constants {consts:,}, inputs and outputs "
+            f"{io:,}, activations {acts:,}) but target '{m.target.name}' has {have:,}"
+        )
 
 
 def _refuse(m: LoweredModel, what: str, nbytes: int, holds: str, top: dict[str, int], consts: int) -> None:

@@ -68,7 +68,7 @@ def test_greedy_placement_shares_disjoint_lifetimes_only():
 
 
 def test_a_model_that_does_not_fit_dram_names_the_sizes():
-    tiny = edited_target(dram__size_bytes=8192, name="tiny-dram")
+    tiny = edited_target(**{"memory.dram__size_bytes": 8192}, name="tiny-dram")
     with pytest.raises(CompileError, match=r"needs [\d,]+ bytes of DRAM .* target 'tiny-dram' has 8,192"):
         npuc.compile(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),), target=tiny)
 
