@@ -1,0 +1,64 @@
+"""Off-chip traffic and energy per inference, per memory, on the zoo CNNs.
+
+For MobileNetV2, ResNet-18, MobileNetV3-small and EfficientNet-B0 (zoo, random weights) on
+npu-mid fp16 and int8 and on the Ethos-U-like systems u55-like-256 and u65-like-256 (int8),
+compiles, profiles (timing tier) and prints per run: cycles and the network lower bound, the
+off-chip bytes (every memory the DMA reaches, flash included: ``Profile.dram_bytes``) over the
+compulsory bytes (weights, inputs and outputs once), the energy per inference, and for each memory
+its bytes, energy and bandwidth use.  The issue's reference figure: MobileNetV2 fp16 on npu-mid
+used 1.796 mJ before memories were data.  Figures only, no assertions.
+
+    .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import npuc
+from npuc.zoo import ZOO, load_model
+
+MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
+CONFIGS = ("npu-mid:fp16", "npu-mid:int8", "u55-like-256:int8", "u65-like-256:int8")
+
+
+def run(model: str, target: str, dtype: str):
+    name = f"torchvision:{model}"
+    m, inputs = load_model(name)
+    quantize = "int8" if dtype == "int8" else None
+    calibration = [ZOO[name].make_inputs(s) for s in (1, 2)] if quantize else None
+    start = time.perf_counter()
+    art = npuc.compile(m, inputs, target=target, quantize=quantize, calibration=calibration)
+    compiled = time.perf_counter() - start
+    return art.profile(*inputs), compiled
+
+
+def report(model: str, target: str, dtype: str, p, seconds: float) -> None:
+    comp = sum(b for _, b in p.compulsory)
+    print(f"{model:<19} {target:<13} {dtype:<5} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
+          f"{p.total_cycles / max(p.lower_bound_cycles, 1):.2f}x)  off-chip {p.dram_bytes:>12,} B / compulsory "
+          f"{comp:>11,} B = {p.dram_bytes / comp:.2f}x  energy {p.energy_per_inference_j * 1e3:.3f} mJ  "
+          f"[compile {seconds:.0f} s]")
+    for f in p.memory_figures():
+        print(f"    {f['memory']:<6} {f['kind']:<5} {f['port']:<5} read {f['read_bytes']:>12,} B  written "
+              f"{f['write_bytes']:>11,} B  compulsory {f['compulsory_bytes']:>11,} B  {f['energy_pj'] / 1e6:9.1f} uJ  "
+              f"bandwidth use {100 * f['bandwidth_use']:5.1f}%")
+    other = p.energy_pj - sum(f["energy_pj"] for f in p.memory_figures())
+    print(f"    on-chip work (MACs, scratchpad, accumulator, vector, issue, static): {other / 1e6:.1f} uJ")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="TARGET:DTYPE pairs (dtype fp16 or int8)")
+    args = ap.parse_args()
+    for model in args.models.split(","):
+        for cfg in args.configs.split(","):
+            target, dtype = cfg.split(":")
+            p, seconds = run(model, target, dtype)
+            report(model, target, dtype, p, seconds)
+
+
+if __name__ == "__main__":
+    main()
