@@ -118,3 +118,18 @@ def test_ethos_like_presets_follow_vela():
     assert u55.dram_bytes_per_cycle == 8
     assert u65.memory("dram").bytes_per_cycle * u65.clock_hz == 3.75e9
     assert u65.dram_bytes_per_cycle == 3.75 and u65.memory("sram").size_bytes == 384 * 1024
+
+
+def test_explore_sweeps_memory_keys_and_the_older_names():
+    from npuc.dse.space import dimensions, make_design, sweepable_keys, target_document
+
+    t = load_target("u55-like-256")
+    keys = sweepable_keys(target_document(t))
+    assert {"memory.sram.size_bytes", "memory.flash.bytes_per_cycle", "dma.bytes_per_cycle"} <= set(keys)
+    dimensions(t, ["memory.flash.bytes_per_cycle=0.5,1", "dma.latency_cycles=16,32"])
+    d = make_design(t, [("dma.bytes_per_cycle", 4), ("energy.dram_pj_per_byte", 3.0)])
+    sram = d.target.memory("sram")  # the memory that holds activations
+    assert (sram.bytes_per_cycle, sram.read_pj_per_byte, sram.write_pj_per_byte) == (4, 3.0, 3.0)
+    assert d.target.memory("flash") == t.memory("flash")
+    bad = make_design(t, [("memory.flash.burst_bytes", 96)])
+    assert bad.target is None and "power of two" in bad.invalid
