@@ -126,7 +126,7 @@ def test_explore_sweeps_memory_keys_and_the_older_names():
     t = load_target("u55-like-256")
     keys = sweepable_keys(target_document(t))
     assert {"memory.sram.size_bytes", "memory.flash.bytes_per_cycle", "dma.bytes_per_cycle"} <= set(keys)
-    dimensions(t, ["memory.flash.bytes_per_cycle=0.5,1", "dma.latency_cycles=16,32"])
+    dimensions(t, ["memory.flash.bytes_per_cycle=1,2", "dma.latency_cycles=16,32"])
     d = make_design(t, [("dma.bytes_per_cycle", 4), ("energy.dram_pj_per_byte", 3.0)])
     sram = d.target.memory("sram")  # the memory that holds activations
     assert (sram.bytes_per_cycle, sram.read_pj_per_byte, sram.write_pj_per_byte) == (4, 3.0, 3.0)
