@@ -9,6 +9,7 @@ its bytes, energy and bandwidth use.  The issue's reference figure: MobileNetV2 
 used 1.796 mJ before memories were data.  Figures only, no assertions.
 
     .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
+        [--scratchpad-kib 128]   # the same targets with another scratchpad size (the architect's question)
 """
 
 from __future__ import annotations
@@ -17,13 +18,25 @@ import argparse
 import time
 
 import npuc
+from npuc.targets import load_target, target_from_dict
 from npuc.zoo import ZOO, load_model
 
 MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
 CONFIGS = ("npu-mid:fp16", "npu-mid:int8", "u55-like-256:int8", "u65-like-256:int8")
 
 
-def run(model: str, target: str, dtype: str):
+def resized(target: str, spad_kib: int | None):
+    """The preset, or the preset with a scratchpad of ``spad_kib`` KiB."""
+    t = load_target(target)
+    if spad_kib is None:
+        return t
+    doc = t.document()
+    doc["scratchpad"]["size_bytes"] = spad_kib * 1024
+    doc["name"] = f"{t.name}-spad{spad_kib}k"
+    return target_from_dict(doc, f"{t.name} with a {spad_kib} KiB scratchpad")
+
+
+def run(model: str, target, dtype: str):
     name = f"torchvision:{model}"
     m, inputs = load_model(name)
     quantize = "int8" if dtype == "int8" else None
@@ -52,12 +65,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", default=",".join(CONFIGS), help="TARGET:DTYPE pairs (dtype fp16 or int8)")
+    ap.add_argument("--scratchpad-kib", type=int, default=None, help="give every target this scratchpad size")
     args = ap.parse_args()
     for model in args.models.split(","):
         for cfg in args.configs.split(","):
-            target, dtype = cfg.split(":")
+            name, dtype = cfg.split(":")
+            target = resized(name, args.scratchpad_kib)
             p, seconds = run(model, target, dtype)
-            report(model, target, dtype, p, seconds)
+            report(model, target.name, dtype, p, seconds)
 
 
 if __name__ == "__main__":
