@@ -255,6 +255,20 @@ def _at(values: tuple, i: int):
     return values[i] if i < len(values) else 0
 
 
+def off_chip_bytes(a: Actions, target) -> tuple[int, int]:
+    """(read, written) DMA-side bytes of the off-chip memories (kinds flash and dram); bytes
+    counted without a memory go to the one that holds activations."""
+    rd = wr = 0
+    for i, m in enumerate(target.memories):
+        if not m.on_chip:
+            rd += _at(a.memory_read, i)
+            wr += _at(a.memory_write, i)
+    if not target.activation_memory.on_chip:
+        rd += a.dram_read - sum(a.memory_read)
+        wr += a.dram_write - sum(a.memory_write)
+    return rd, wr
+
+
 def memory_bound_cycles(target, per_memory: dict[str, int]) -> float:
     """Cycles the busiest DMA port needs to move ``per_memory`` bytes (memory name -> bytes), each
     memory at its bandwidth, the memories behind one port one after another."""
@@ -392,13 +406,14 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
         energy = sum(breakdown.values()) + static_pj_per_cycle * cycles.get(lab, 0)
         per_memory = dict(row[6]) if len(row) > 6 else None
         nmem = len(target.memories)
+        off_rd, off_wr = off_chip_bytes(a, target)
         out.append(LayerProfile(
             name=lab or "(program)", op="+".join(row[2]), kind=row[1], segment=r.name, source=row[3],
-            cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=a.dram_read + a.dram_write,
+            cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=off_rd + off_wr,
             sram_bytes=a.spad_read + a.spad_write + a.acc_read + a.acc_write, energy_pj=energy,
             instructions=count.get(lab, 0), min_dram_bytes=int(row[5]),
             peak_macs_per_cycle=target.peak_macs_per_cycle, dram_bytes_per_cycle=target.dram_bytes_per_cycle,
-            dram_read_bytes=a.dram_read, dram_write_bytes=a.dram_write, spad_bytes=a.spad_read + a.spad_write,
+            dram_read_bytes=off_rd, dram_write_bytes=off_wr, spad_bytes=a.spad_read + a.spad_write,
             acc_bytes=a.acc_read + a.acc_write, array_macs=a.macs,
             memory_read_bytes=(a.memory_read + (0,) * nmem)[:nmem], memory_write_bytes=(a.memory_write + (0,) * nmem)[:nmem],
             memory_energy_pj=tuple(breakdown[m.name] for m in target.memories),

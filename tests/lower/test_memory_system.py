@@ -106,9 +106,11 @@ def _check_profile(prof):
     t = prof.target
     figures = prof.memory_figures()
     assert [f["memory"] for f in figures] == [m.name for m in t.memories]
-    assert sum(f["read_bytes"] + f["write_bytes"] for f in figures) == prof.dram_bytes
+    off_chip = [f for f in figures if f["kind"] != "sram"]  # flash and DRAM: Profile.dram_bytes
+    assert sum(f["read_bytes"] + f["write_bytes"] for f in off_chip) == prof.dram_bytes
     traffic = prof.memory_traffic()
-    assert sum(f["read_bytes"] for f in figures) == traffic["dram_read"]
+    assert sum(f["read_bytes"] for f in off_chip) == traffic["dram_read"]
+    assert sum(f["write_bytes"] for f in off_chip) == traffic["dram_write"]
     dma_energy = sum(f["energy_pj"] for f in figures)
     other = sum(sum(r.sim.energy_breakdown_pj[k] for k in r.sim.energy_breakdown_pj if k not in [m.name for m in t.memories])
                 for r in prof.runs if r.kind != "cpu")
@@ -129,3 +131,25 @@ def test_single_dram_profile_figures(target):
     _check_profile(prof)
     (f,) = prof.memory_figures()
     assert f["memory"] == "dram" and f["read_bytes"] + f["write_bytes"] == prof.dram_bytes
+
+
+def test_a_resident_scratchpad_region_keeps_activations_on_chip():
+    from npuc.errors import TargetError
+    from npuc.targets.resident import with_resident
+
+    mid = load_target("npu-mid")
+    t = with_resident(mid, 256 * 1024)
+    assert t.scratchpad.size_bytes == mid.scratchpad.size_bytes - 256 * 1024
+    assert t.memories[0].name == "resident" and t.activation_memory.name == "dram"
+    g = int8_graph()
+    base, res = compile_graph(g, mid, quantize="int8"), compile_graph(g, t, quantize="int8")
+    (got,) = res.run(X)
+    assert torch.equal(got, interpret(g, X)[0])
+    pb, pr = base.profile(X), res.profile(X)
+    _check_profile(pr)
+    figures = {f["memory"]: f for f in pr.memory_figures()}
+    assert figures["resident"]["read_bytes"] > 0 and pr.dram_bytes < pb.dram_bytes and pr.energy_pj < pb.energy_pj
+    with pytest.raises(TargetError, match="bank rows"):
+        with_resident(mid, 1000)
+    with pytest.raises(TargetError, match="leaves nothing"):
+        with_resident(mid, mid.scratchpad.size_bytes)
