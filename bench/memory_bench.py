@@ -10,6 +10,7 @@ used 1.796 mJ before memories were data.  Figures only, no assertions.
 
     .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
         [--scratchpad-kib 128]   # the same targets with another scratchpad size (the architect's question)
+        [--resident-kib 128,256] # and with that much of the scratchpad resident across kernels (one run each)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 
 import npuc
 from npuc.targets import load_target, target_from_dict
+from npuc.targets.resident import with_resident
 from npuc.zoo import ZOO, load_model
 
 MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
@@ -49,7 +51,7 @@ def run(model: str, target, dtype: str):
 
 def report(model: str, target: str, dtype: str, p, seconds: float) -> None:
     comp = sum(b for _, b in p.compulsory)
-    print(f"{model:<19} {target:<13} {dtype:<5} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
+    print(f"{model:<19} {target:<24} {dtype:<5} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
           f"{p.total_cycles / max(p.lower_bound_cycles, 1):.2f}x)  off-chip {p.dram_bytes:>12,} B / compulsory "
           f"{comp:>11,} B = {p.dram_bytes / comp:.2f}x  energy {p.energy_per_inference_j * 1e3:.3f} mJ  "
           f"[compile {seconds:.0f} s]")
@@ -66,13 +68,16 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", default=",".join(CONFIGS), help="TARGET:DTYPE pairs (dtype fp16 or int8)")
     ap.add_argument("--scratchpad-kib", type=int, default=None, help="give every target this scratchpad size")
+    ap.add_argument("--resident-kib", default="", help="comma list: runs with that much of the scratchpad resident")
     args = ap.parse_args()
+    residents = [int(r) for r in args.resident_kib.split(",") if r]
     for model in args.models.split(","):
         for cfg in args.configs.split(","):
             name, dtype = cfg.split(":")
-            target = resized(name, args.scratchpad_kib)
-            p, seconds = run(model, target, dtype)
-            report(model, target.name, dtype, p, seconds)
+            base = resized(name, args.scratchpad_kib)
+            for target in [base] + [with_resident(base, r * 1024) for r in residents]:
+                p, seconds = run(model, target, dtype)
+                report(model, target.name, dtype, p, seconds)
 
 
 if __name__ == "__main__":
