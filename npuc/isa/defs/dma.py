@@ -68,11 +68,13 @@ def transfer_problem(region: Region, target) -> str | None:
 
 
 def transfer_cycles(region: Region, target) -> tuple[int, int]:
-    """(busy cycles on the memory's port, latency) of a transfer whose DMA side is ``region``."""
-    w = target.window_at(region.addr, region.end)
-    if w is None:
-        raise ValueError(transfer_problem(region, target))
-    m = w.memory
+    """(busy cycles on the memory's port, latency) of a transfer whose DMA side is ``region``.
+
+    The simulator checks every region first (``transfer_problem``); an estimate of a region that
+    is not inside one window (the cost model's tile shapes) takes the memory its first byte is in,
+    or the memory that holds activations."""
+    w = target.window_at(region.addr, region.end) or target.window_at(region.addr)
+    m = w.memory if w is not None else target.activation_memory
     moved = region.burst_bytes(m.burst_bytes)
     return -int(-moved // m.bytes_per_cycle), m.latency_cycles
 
