@@ -8,14 +8,16 @@ the same graph, restated as int8 TFLite (bench/vela_peer.py), goes through ``vel
 total cycles (npuc: ``Profile.total_cycles``; Vela: ``cycles_total``), off-chip bytes (npuc:
 ``Profile.dram_bytes``, flash included; Vela: ``dram_total_bytes + off_chip_flash_total_bytes``)
 and the ratios npuc / Vela (issue 9's target: <= 1 for both), with the MACs of both as a check that
-they compiled the same network.  ``--layers`` adds Vela's per-layer cycles and MAC use.
+they compiled the same network.  ``--layers`` adds Vela's per-layer cycles and MAC use;
+``--check`` runs each restated network with TFLite's reference kernels (LiteRT) against npuc's
+integer reference interpreter.
 
 Until the two presets exist, ``--target-file u55=PATH`` (and ``u65=PATH``) names npuc target files,
 and ``--scratch`` takes bench/vela_scratch_targets/*.toml: stand-ins, marked SCRATCH, within what
 today's one-memory target schema can describe (their figures are not the issue's).
 
     python bench/vela_compare.py [--quick] [--scratch | --target-file u55=PATH --target-file u65=PATH]
-        [--systems u55,u65] [--layers] [--calibration 4] [--json PATH]
+        [--systems u55,u65] [--layers] [--check] [--calibration 4] [--json PATH]
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def npuc_figures(g, target) -> dict:
             "macs": prof.macs, "energy_pj": prof.energy_pj, "cpu_segments": art.cpu_segments}
 
 
-def compare(name: str, system: str, target, vela: vp.Vela, args) -> dict:
+def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict:
     model, example = vp.NETWORKS[name]()
     g = vp.int8_graph(model, example, target, vp.calibration_samples(name, args.calibration, example), name)
     ours = npuc_figures(g, target)
@@ -87,6 +89,11 @@ def compare(name: str, system: str, target, vela: vp.Vela, args) -> dict:
            "cycles_ratio": ours["cycles"] / theirs.cycles,
            "off_chip_ratio": ours["off_chip_bytes"] / max(theirs.off_chip_bytes, 1),
            "notes": spec.notes}
+    if litert is not None:
+        exact = vp.tflite_spec(g, exact_pool_padding=True)
+        agreement = litert.agreement(g, vela.write(exact, f"{name}-{system}-exact"), example)
+        doc["tflite_check"] = {"outputs": agreement.outputs, "equal": agreement.equal, "max_lsb": agreement.max_lsb,
+                               "text": str(agreement)}
     if args.layers:
         doc["vela_layers"] = [{"name": r["Name"], "op": r["NNG Operator"], "cycles": int(float(r["Op Cycles"])),
                                "mac_util_percent": float(r["Util% (MAC)"])} for r in theirs.layers]
@@ -103,6 +110,8 @@ def print_row(d: dict) -> None:
           f"{n['energy_pj'] / 1e6:.3f} uJ, {n['cpu_segments']} CPU segments")
     for note in d["notes"]:
         print(f"{'':<13} note: {note}")
+    if "tflite_check" in d:
+        print(f"{'':<13} check: {d['tflite_check']['text']}")
     for layer in d.get("vela_layers", ()):
         print(f"{'':<13}   vela {layer['name'][:30]:<30} {layer['op']:<18} {layer['cycles']:>10,} cycles "
               f"{layer['mac_util_percent']:>6.1f}% MAC use")
@@ -116,6 +125,8 @@ def main() -> None:
     ap.add_argument("--target-file", action="append", metavar="SYSTEM=PATH", help="npuc target file for a system")
     ap.add_argument("--scratch", action="store_true", help="the SCRATCH stand-ins of bench/vela_scratch_targets")
     ap.add_argument("--layers", action="store_true", help="Vela's per-layer figures too")
+    ap.add_argument("--check", action="store_true",
+                    help="run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc's reference")
     ap.add_argument("--calibration", type=int, default=4, help="int8 calibration samples")
     ap.add_argument("--venv", type=Path, default=vp.DEFAULT_VENV, help="Vela's virtual environment")
     ap.add_argument("--json", type=Path, help="write the figures here (atomically)")
@@ -134,6 +145,7 @@ def main() -> None:
     targets = resolve_targets(args)
     try:
         vela = vp.Vela(args.venv)
+        litert = vp.LiteRT() if args.check else None
     except vp.PeerUnavailable as e:
         sys.exit(f"vela_compare: {e}")
     for system, t in targets.items():
@@ -144,7 +156,7 @@ def main() -> None:
     docs = []
     for name in names:
         for system, t in targets.items():
-            d = compare(name, system, t, vela, args)
+            d = compare(name, system, t, vela, litert, args)
             docs.append(d)
             print_row(d)
             sys.stdout.flush()

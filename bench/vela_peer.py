@@ -14,11 +14,15 @@ What the Vela benchmarks (vela_compile_time.py, vela_compare.py) share:
   ``flatbuffers.Builder`` (this file, run by that environment's python: ``write-tflite``), runs
   ``vela`` with Arm's system configs and parses ``<name>_summary_<system>.csv`` and the
   per-layer CSV.
+* :class:`LiteRT` checks a restatement: TFLite's own reference kernels (LiteRT, in
+  ``bench/.venv-litert``) run the ``.tflite`` on the int8 input npuc's graph quantizes, and
+  their int8 output is compared with npuc's integer reference interpreter on the same graph.
 * :data:`NETWORKS`: the 56x56x64->64 3x3 convolution and the zoo models, by name.
 
-Run directly, it prints Vela's figures for the networks (``--quick``: the conv and ResNet-18).
+Run directly, it prints Vela's figures for the networks (``--quick``: the conv and ResNet-18),
+and with ``--check`` the agreement of TFLite's reference kernels with npuc on each.
 
-    python bench/vela_peer.py [--quick] [--venv bench/.venv-vela]
+    python bench/vela_peer.py [--quick] [--check] [--venv bench/.venv-vela]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import numpy as np
 
 VELA_VERSION = "5.2.0"
 DEFAULT_VENV = Path(__file__).resolve().parent / ".venv-vela"
-_READY = ".npuc-vela-ready"
+_READY = ".npuc-bench-ready"  # written once the environment is complete
 
 # Vela's system configurations (Arm's vela.ini) for the two npuc presets that model them
 SYSTEMS = {
@@ -178,8 +182,9 @@ class TfliteSpec:
 class _Walk:
     """The state of one graph walk: TFLite tensor index of each npuc value."""
 
-    def __init__(self, g) -> None:
+    def __init__(self, g, exact_pool_padding: bool) -> None:
         self.g = g
+        self.exact_pool_padding = exact_pool_padding
         self.spec = TfliteSpec(g.name)
         self.index: dict[object, int] = {}
         self.producer = g.producers()
@@ -331,17 +336,19 @@ def _max_pool2d(w: _Walk, node) -> None:
     if a.dilation != (1, 1) or a.ceil_mode:
         raise NotExpressible(f"max_pool2d {node.outputs[0].name}: dilation or ceil_mode has no TFLite equivalent")
     x = node.inputs[0]
-    _, _, h, wd = x.type.shape
-    modes = {padding_mode(h, a.kernel[0], a.stride[0], 1, a.padding[0])[0],
-             padding_mode(wd, a.kernel[1], a.stride[1], 1, a.padding[1])[0]}
-    mode = SAME if any(a.padding) else VALID
-    if any(a.padding) and modes != {SAME}:
-        # PyTorch pads with -inf; SAME gives the same output shape and ignores padded cells too,
-        # with its padding on the far side (the cycles and bytes are the same)
-        w.spec.notes.append(f"max_pool2d {node.outputs[0].name}: PyTorch's padding {a.padding} as SAME "
-                            "(same shape and work; the border window is shifted)")
-    xi = w.activation(x)
-    y = w.activation(node.outputs[0], _tflite_shape(node.outputs[0].type.shape))
+    xi, mode = w.activation(x), VALID
+    if any(a.padding):
+        # PyTorch pads with -inf.  TFLite's PAD pads with the zero point, which is the int8 minimum
+        # (so exactly -inf for a max) when the input's zero point is -128 (after a ReLU); but Vela
+        # runs such a PAD as a memory copy, so for timing SAME is used: the same shape and work,
+        # the border windows shifted
+        if w.exact_pool_padding and x.type.quant.zero_point[0] == -128:
+            xi, mode = _spatial(w, node, xi, a.kernel, a.stride, (1, 1), a.padding)
+        else:
+            mode = SAME
+            w.spec.notes.append(f"max_pool2d {node.outputs[0].name}: PyTorch's padding {a.padding} as SAME "
+                                "(the same shape and work; the border windows shifted)")
+    y = w.activation(node.outputs[0])
     w.emit("MAX_POOL_2D", (xi,), (y,), "Pool2DOptions", Padding=mode, StrideH=a.stride[0], StrideW=a.stride[1],
            FilterHeight=a.kernel[0], FilterWidth=a.kernel[1], FusedActivationFunction=ACT_NONE)
 
@@ -393,10 +400,12 @@ _WHY = {
 }
 
 
-def tflite_spec(g) -> TfliteSpec:
+def tflite_spec(g, exact_pool_padding: bool = False) -> TfliteSpec:
     """The int8 TFLite restatement of npuc's optimized int8 graph ``g`` (see the module docstring).
+    ``exact_pool_padding``: a padded max pool after a ReLU gets an explicit PAD (exact, but Vela
+    copies it: for the numerical check), else SAME padding (the same work: for timing).
     Raises NotExpressible naming the first op that stops it, and every other kind that would."""
-    w = _Walk(g)
+    w = _Walk(g, exact_pool_padding)
     nodes = [n for n in g.nodes if n.op != "const"]
     stops = [n for n in nodes if n.op not in _OPS and n.op not in ("quantize", "dequantize")]
     edge_q = [n for n in nodes if n.op == "quantize" and n.inputs[0] not in g.inputs]
@@ -556,6 +565,25 @@ class VelaRun:
         return self.dram_bytes + self.flash_bytes
 
 
+def _make_venv(venv: Path, requirement: str, what: str) -> None:
+    """A virtual environment at ``venv`` with ``requirement`` installed (made once; a failed
+    attempt leaves nothing behind and raises PeerUnavailable with the reason)."""
+    if (venv / _READY).exists():
+        return
+    print(f"creating {venv} and installing {requirement} ({what}'s own environment) ...", file=sys.stderr)
+    shutil.rmtree(venv, ignore_errors=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    for cmd in ([base, "-m", "venv", str(venv)], [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", requirement]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            tail = (r.stderr.strip().splitlines() or ["no message"])[-1]
+            raise PeerUnavailable(f"could not create {what}'s environment in {venv}: '{' '.join(cmd[-3:])}' failed "
+                                  f"({tail}); {requirement} comes from PyPI, so this needs the network or a pip "
+                                  "index that holds it")
+    (venv / _READY).write_text(requirement + "\n")
+
+
 class Vela:
     """Vela 5.2 in its own virtual environment (created on first use)."""
 
@@ -569,23 +597,7 @@ class Vela:
                                      "ethosu.vela.__file__)), 'config_files', 'Arm', 'vela.ini'))"))
 
     def ensure(self) -> None:
-        if (self.venv / _READY).exists():
-            return
-        print(f"creating {self.venv} and installing ethos-u-vela=={VELA_VERSION} (its own environment) ...",
-              file=sys.stderr)
-        shutil.rmtree(self.venv, ignore_errors=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        steps = [[base, "-m", "venv", str(self.venv)],
-                 [str(self.python), "-m", "pip", "install", "-q", f"ethos-u-vela=={VELA_VERSION}"]]
-        for cmd in steps:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                shutil.rmtree(self.venv, ignore_errors=True)
-                tail = (r.stderr.strip().splitlines() or ["no message"])[-1]
-                raise PeerUnavailable(f"could not create Vela's environment in {self.venv}: '{' '.join(cmd[-3:])}' "
-                                      f"failed ({tail}); Vela {VELA_VERSION} comes from PyPI, so this needs the "
-                                      "network or a pip index that holds it")
-        (self.venv / _READY).write_text(VELA_VERSION + "\n")
+        _make_venv(self.venv, f"ethos-u-vela=={VELA_VERSION}", "Vela")
 
     def _ask(self, code: str) -> str:
         r = subprocess.run([str(self.python), "-c", code], capture_output=True, text=True)
@@ -643,6 +655,71 @@ class Vela:
                        int(num("sram_total_bytes")), cpu, cpu_ops, layers)
 
 
+# --------------------------------------------------- the restatement checked by TFLite itself
+
+LITERT_VERSION = "2.3.0"
+DEFAULT_LITERT_VENV = Path(__file__).resolve().parent / ".venv-litert"
+
+
+def run_tflite(tflite: Path, x_path: Path, y_path: Path) -> None:
+    """Run ``tflite`` on the int8 array in ``x_path`` with TFLite's reference kernels; save the
+    output to ``y_path``.  Runs in LiteRT's environment (``python vela_peer.py run-tflite ...``)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(tflite), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.load(x_path))
+    it.invoke()
+    np.save(y_path, it.get_tensor(it.get_output_details()[0]["index"]))
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """TFLite's reference kernels on the restated .tflite against npuc's integer reference."""
+
+    outputs: int
+    equal: int
+    max_lsb: int
+
+    def __str__(self) -> str:
+        return (f"TFLite's reference kernels against npuc's integer reference: {self.equal:,} of {self.outputs:,} "
+                f"int8 outputs equal ({100 * self.equal / self.outputs:.1f}%), at most {self.max_lsb} LSB apart")
+
+
+class LiteRT:
+    """LiteRT (TFLite's interpreter) in its own virtual environment, to check a restated network."""
+
+    def __init__(self, venv: Path = DEFAULT_LITERT_VENV) -> None:
+        self.venv = Path(venv)
+        self.python = self.venv / "bin" / "python"
+        _make_venv(self.venv, f"ai-edge-litert=={LITERT_VERSION}", "LiteRT")
+
+    def agreement(self, g, tflite: Path, example: tuple) -> Agreement:
+        """Run ``tflite`` on ``example`` quantized as npuc's graph quantizes it; compare its int8
+        output with npuc's reference interpreter on the same graph."""
+        import npuc
+        from npuc.quant import arith
+
+        (q,) = [n for n in g.nodes if n.op == "quantize"]
+        (dq,) = [n for n in g.nodes if n.op == "dequantize"]
+        xq = arith.quantize_tensor(example[0], q.attrs.scale, q.attrs.zero_point).numpy()
+        xq = xq.transpose(_NCHW_TO_NHWC) if xq.ndim == 4 else xq
+        (y,) = npuc.interpret(g, *example)
+        scale, zp = dq.inputs[0].type.quant.scale[0], dq.inputs[0].type.quant.zero_point[0]
+        want = np.clip(np.round(y.numpy().astype(np.float64) / scale) + zp, -128, 127).astype(np.int64)
+        want = want.transpose(_NCHW_TO_NHWC) if want.ndim == 4 else want
+        with tempfile.TemporaryDirectory() as d:
+            xp, yp = Path(d) / "x.npy", Path(d) / "y.npy"
+            np.save(xp, np.ascontiguousarray(xq))
+            r = subprocess.run([str(self.python), __file__, "run-tflite", str(tflite), str(xp), str(yp)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise PeerUnavailable(f"LiteRT could not run {tflite.name}: {r.stderr.strip()[-600:]}")
+            got = np.load(yp).astype(np.int64)
+        diff = np.abs(got - want)
+        return Agreement(diff.size, int((diff == 0).sum()), int(diff.max()))
+
+
 # ------------------------------------------------------------------------------------ shared
 
 
@@ -663,9 +740,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="only the conv and ResNet-18")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="Vela's virtual environment")
     ap.add_argument("--calibration", type=int, default=4, help="calibration samples for the int8 graph")
+    ap.add_argument("--check", action="store_true",
+                    help="also run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc")
     args = ap.parse_args()
     try:
         vela = Vela(args.venv)
+        litert = LiteRT() if args.check else None
     except PeerUnavailable as e:
         sys.exit(f"vela_peer: {e}")
     names = ["conv56", "resnet18"] if args.quick else list(NETWORKS)
@@ -682,6 +762,10 @@ def main() -> None:
         print(f"{name}: {path.stat().st_size:,} bytes of TFLite ({ops})")
         for note in spec.notes:
             print(f"  note: {note}")
+        if litert is not None:
+            exact = tflite_spec(g, exact_pool_padding=True)
+            print(f"  {litert.agreement(g, vela.write(exact, name + '-exact'), example)}"
+                  + (" (max pool padded exactly)" if exact.notes != spec.notes else ""))
         for system in SYSTEMS:
             r = vela.compile(path, system)
             print(f"  {system}: {r.cycles:,} cycles ({r.npu_cycles:,} NPU), {r.macs:,} MACs, off-chip "
@@ -692,6 +776,8 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "write-tflite":
         write_tflite(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "run-tflite":
+        run_tflite(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         main()

@@ -134,3 +134,16 @@ def test_an_op_without_int8_tflite_is_named():
     g = vp.int8_graph(model, (torch.randn(2, 8),), "npu-mid", [(torch.randn(2, 8),)], "ln")
     with pytest.raises(vp.NotExpressible, match="layer_norm"):
         vp.tflite_spec(g)
+
+
+def test_padded_max_pool_same_for_timing_pad_for_the_check():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(3, 2, 1)).eval()
+    g = vp.int8_graph(model, (torch.randn(1, 3, 8, 8),), "npu-mid", [(torch.randn(1, 3, 8, 8),)], "pool")
+    timing, exact = vp.tflite_spec(g), vp.tflite_spec(g, exact_pool_padding=True)
+    assert [o.op for o in timing.ops] == ["CONV_2D", "MAX_POOL_2D"] and timing.notes
+    assert dict(timing.ops[-1].fields)["Padding"] == vp.SAME
+    assert [o.op for o in exact.ops] == ["CONV_2D", "PAD", "MAX_POOL_2D"] and not exact.notes
+    assert dict(exact.ops[-1].fields)["Padding"] == vp.VALID
+    assert exact.tensors[exact.ops[1].outputs[0]].shape == (1, 9, 9, 4)
