@@ -6,7 +6,9 @@ Ethos_U55_High_End_Embedded / Shared_Sram and Ethos_U65_High_End / Dedicated_Sra
 a cycle): npuc quantizes the network for the target, compiles its int8 graph and simulates it;
 the same graph, restated as int8 TFLite (bench/vela_peer.py), goes through ``vela``.  Printed:
 total cycles (npuc: ``Profile.total_cycles``; Vela: ``cycles_total``), off-chip bytes (npuc:
-``Profile.dram_bytes``, flash included; Vela: ``dram_total_bytes + off_chip_flash_total_bytes``)
+``Profile.dram_bytes``, or, on a target with memories as data, the bytes of its DRAM and flash
+memories, its system SRAM apart as Vela counts it; Vela: ``dram_total_bytes +
+off_chip_flash_total_bytes``)
 and the ratios npuc / Vela (issue 9's target: <= 1 for both), with the MACs of both as a check that
 they compiled the same network.  ``--layers`` adds Vela's per-layer cycles and MAC use;
 ``--check`` runs each restated network with TFLite's reference kernels (LiteRT) against npuc's
@@ -27,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # npuc, unless PYTHONPATH or the venv has it
 
 import vela_peer as vp  # noqa: E402
 
@@ -35,6 +37,9 @@ ALL = ("conv56", "resnet18", "mobilenet_v2")
 QUICK = ("conv56", "mobilenet_v2")
 PRESETS = {"u55": "u55-like-256", "u65": "u65-like-256"}
 SCRATCH = Path(__file__).resolve().parent / "vela_scratch_targets"
+# memory kinds counted off-chip, as Vela counts dram_total_bytes + off_chip_flash_total_bytes (its
+# system SRAM, sram_total_bytes, is apart)
+OFF_CHIP_KINDS = ("dram", "flash")
 
 
 def resolve_targets(args) -> dict:
@@ -71,8 +76,14 @@ def npuc_figures(g, target) -> dict:
 
     art = compile_graph(g, target, quantize="int8")
     prof = art.profile(*zero_inputs(art))
-    return {"cycles": prof.total_cycles, "npu_cycles": prof.npu_cycles, "off_chip_bytes": prof.dram_bytes,
-            "macs": prof.macs, "energy_pj": prof.energy_pj, "cpu_segments": art.cpu_segments}
+    doc = {"cycles": prof.total_cycles, "npu_cycles": prof.npu_cycles, "dram_bytes": prof.dram_bytes,
+           "off_chip_bytes": prof.dram_bytes, "macs": prof.macs, "energy_pj": prof.energy_pj,
+           "cpu_segments": art.cpu_segments}
+    if hasattr(prof, "memory_figures"):  # a target with memories as data: split as Vela does
+        mems = prof.memory_figures()
+        doc["memories"] = {m["memory"]: {"kind": m["kind"], "bytes": m["read_bytes"] + m["write_bytes"]} for m in mems}
+        doc["off_chip_bytes"] = sum(m["read_bytes"] + m["write_bytes"] for m in mems if m["kind"] in OFF_CHIP_KINDS)
+    return doc
 
 
 def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict:
@@ -108,6 +119,9 @@ def print_row(d: dict) -> None:
     print(f"{'':<13} Vela: {v['npu_cycles']:,} NPU cycles, DRAM {v['dram_bytes']:,} B, flash {v['flash_bytes']:,} B, "
           f"SRAM {v['sram_bytes']:,} B, {v['cpu_ops']} CPU ops; npuc: {n['npu_cycles']:,} NPU cycles, "
           f"{n['energy_pj'] / 1e6:.3f} uJ, {n['cpu_segments']} CPU segments")
+    if "memories" in n:
+        per = ", ".join(f"{name} ({m['kind']}) {m['bytes']:,} B" for name, m in n["memories"].items())
+        print(f"{'':<13} npuc per memory: {per}; Profile.dram_bytes {n['dram_bytes']:,} B")
     for note in d["notes"]:
         print(f"{'':<13} note: {note}")
     if "tflite_check" in d:

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -169,8 +169,7 @@ class TfliteSpec:
     def save(self, folder: Path) -> None:
         doc = {
             "name": self.name,
-            "tensors": [t.__dict__ | {"shape": list(t.shape), "scale": list(t.scale), "zero_point": list(t.zero_point)}
-                        for t in self.tensors],
+            "tensors": [asdict(t) for t in self.tensors],
             "ops": [{"op": o.op, "inputs": list(o.inputs), "outputs": list(o.outputs), "options": o.options,
                      "fields": [list(f) for f in o.fields]} for o in self.ops],
             "inputs": self.inputs, "outputs": self.outputs,
@@ -779,5 +778,5 @@ if __name__ == "__main__":
     elif len(sys.argv) == 5 and sys.argv[1] == "run-tflite":
         run_tflite(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        sys.path.append(str(Path(__file__).resolve().parent.parent))  # npuc, unless PYTHONPATH or the venv has it
         main()
