@@ -391,29 +391,43 @@ _OPS = {
     "reshape": _reshape,
 }
 
-# why an op of npuc's graph has no int8 TFLite restatement here, in words
-_WHY = {
-    "layer_norm": "a float layer norm (TFLite has no LAYER_NORM builtin, and Vela compiles only int8 ops)",
-    "softmax": "a float softmax (npuc keeps it in float; Vela's SOFTMAX is int8 only)",
-    "matmul": "a float matrix product (npuc keeps attention's products in float; Vela's BATCH_MATMUL is int8 only)",
-}
+_NO_BUILTIN = {"layer_norm": "TFLite has no LAYER_NORM builtin"}
+
+
+def _stop_reason(g, nodes) -> str | None:
+    """Why ``g`` has no int8 TFLite restatement (None when it has one)."""
+    edges = ("quantize", "dequantize")
+    floats = [n for n in nodes if n.op not in edges and any(o.type.dtype.is_float for o in n.outputs)]
+    inner_q = [n for n in nodes if (n.op == "quantize" and n.inputs[0] not in g.inputs)
+               or (n.op == "dequantize" and n.outputs[0] not in g.outputs)]
+    unknown = sorted({n.op for n in nodes if n.op not in _OPS and n.op not in edges})
+    if not (floats or unknown or inner_q):
+        return None
+    parts = []
+    if floats:
+        kinds: dict[str, int] = {}
+        for n in floats:
+            kinds[n.op] = kinds.get(n.op, 0) + 1
+        listed = ", ".join(f"{k} x{v}" + (f" ({_NO_BUILTIN[k]})" if k in _NO_BUILTIN else "") for k, v in kinds.items())
+        parts.append(f"npuc's int8 graph keeps {len(floats)} ops in float ({listed}), first %{floats[0].outputs[0].name} = "
+                     f"{floats[0].op}, and Vela compiles only int8 operators")
+    if inner_q:
+        parts.append(f"it quantizes and dequantizes inside the network {len(inner_q)} times (float islands)")
+    if unknown:
+        parts.append(f"ops this writer does not restate: {', '.join(unknown)}")
+    return "; ".join(parts)
 
 
 def tflite_spec(g, exact_pool_padding: bool = False) -> TfliteSpec:
     """The int8 TFLite restatement of npuc's optimized int8 graph ``g`` (see the module docstring).
     ``exact_pool_padding``: a padded max pool after a ReLU gets an explicit PAD (exact, but Vela
     copies it: for the numerical check), else SAME padding (the same work: for timing).
-    Raises NotExpressible naming the first op that stops it, and every other kind that would."""
+    Raises NotExpressible saying what stops it: float ops, float islands, ops not restated."""
     w = _Walk(g, exact_pool_padding)
     nodes = [n for n in g.nodes if n.op != "const"]
-    stops = [n for n in nodes if n.op not in _OPS and n.op not in ("quantize", "dequantize")]
-    edge_q = [n for n in nodes if n.op == "quantize" and n.inputs[0] not in g.inputs]
-    if stops or edge_q:
-        first = (stops or edge_q)[0]
-        kinds = sorted({n.op for n in stops} | ({"quantize"} if edge_q else set()))
-        why = _WHY.get(first.op, f"'{first.op}' ({first.outputs[0].type.dtype.value}) has no int8 TFLite op here")
-        raise NotExpressible(f"stopped at %{first.outputs[0].name} = {first.op}: {why}; "
-                             f"ops of this graph with no int8 TFLite restatement: {', '.join(kinds)}")
+    why = _stop_reason(g, nodes)
+    if why is not None:
+        raise NotExpressible(why)
     for n in nodes:
         if n.op == "quantize":
             w.spec.inputs.append(w.activation(n.outputs[0]))
