@@ -153,9 +153,13 @@ def main() -> None:
         sys.exit(f"vela_compare: unknown {'system' if bad else 'network'} {', '.join(bad or unknown)}; "
                  f"choose from {', '.join(PRESETS if bad else ALL)}")
     if args.json is not None:
+        from npuc.errors import NpucError
         from npuc.fileio import check_output_path
 
-        check_output_path(args.json, "the figures")
+        try:
+            check_output_path(args.json, "the figures")
+        except NpucError as e:
+            sys.exit(f"vela_compare: {e}")
     targets = resolve_targets(args)
     try:
         vela = vp.Vela(args.venv)
@@ -174,8 +178,8 @@ def main() -> None:
             docs.append(d)
             print_row(d)
             sys.stdout.flush()
-    if args.json is not None:
-        vp.write_json(args.json, {"benchmark": "vela_compare", "calibration": args.calibration, "runs": docs})
+            if args.json is not None:  # after every run, so an interrupted run keeps what it measured
+                vp.write_json(args.json, {"benchmark": "vela_compare", "calibration": args.calibration, "runs": docs})
 
 
 if __name__ == "__main__":

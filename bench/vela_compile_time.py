@@ -143,6 +143,14 @@ def main() -> None:
     unknown = [n for n in names if n not in ALL]
     if unknown:
         sys.exit(f"vela_compile_time: unknown network {', '.join(unknown)}; choose from {', '.join(ALL)}")
+    if args.json is not None:
+        from npuc.errors import NpucError
+        from npuc.fileio import check_output_path
+
+        try:
+            check_output_path(args.json, "the figures")
+        except NpucError as e:
+            sys.exit(f"vela_compile_time: {e}")
     torch.set_num_threads(args.threads)
     vela = None
     if not args.no_vela:
@@ -161,9 +169,9 @@ def main() -> None:
         docs.append(doc)
         print_row(doc)
         sys.stdout.flush()
-    if args.json is not None:
-        vp.write_json(args.json, {"benchmark": "vela_compile_time", "target": str(args.target), "system": args.system,
-                                  "repeat": args.repeat, "calibration": args.calibration, "networks": docs})
+        if args.json is not None:  # after every network, so an interrupted run keeps what it measured
+            vp.write_json(args.json, {"benchmark": "vela_compile_time", "target": str(args.target),
+                                      "system": args.system, "repeat": args.repeat, "calibration": args.calibration, "networks": docs})
 
 
 if __name__ == "__main__":
