@@ -591,9 +591,10 @@ def _make_venv(venv: Path, requirement: str, what: str) -> None:
         if r.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             tail = (r.stderr.strip().splitlines() or ["no message"])[-1]
+            hint = (f"; {requirement} comes from PyPI, so this needs the network or a pip index that holds it"
+                    if "pip" in cmd else "")
             raise PeerUnavailable(f"could not create {what}'s environment in {venv}: '{' '.join(cmd[-3:])}' failed "
-                                  f"({tail}); {requirement} comes from PyPI, so this needs the network or a pip "
-                                  "index that holds it")
+                                  f"({tail}){hint}")
     (venv / _READY).write_text(requirement + "\n")
 
 
