@@ -11,7 +11,8 @@ from __future__ import annotations
 from npuc.isa import numerics
 from npuc.isa.defs.common import VECTOR_PIPELINE_DEPTH
 from npuc.isa.enums import UnOp
-from npuc.isa.instr import FIELD_BITS, HEADER_BITS, INSTR_BYTES, InstrDef, all_defs
+from npuc.isa.encoding import max_bytes
+from npuc.isa.instr import HEADER_BITS, InstrDef, all_defs
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
 
 _INTRO = f"""\
@@ -46,7 +47,8 @@ do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
 
 ## Encoding
 
-Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit word:
+Each instruction is a whole number of bytes, a little-endian bit string; a field at its default
+is left out, so its length depends on its values:
 
 | bits | content |
 |---|---|
@@ -54,12 +56,20 @@ Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit 
 | 8-10 | wait flags: bit 8 + k pops a token from the k-th other queue (in the order load, compute, store, vector, skipping the instruction's own) before starting |
 | 11-13 | signal flags: bit 11 + k pushes a token to the k-th other queue on completion |
 | 14-15 | reserved, zero |
-| {HEADER_BITS}-255 | the fields, in the order listed for the instruction, each in its width ({FIELD_BITS} bits available); unused bits zero |
+| from {HEADER_BITS} | the presence mask: one bit per field that has a default (the fields table's `default` column), in the order listed, set when the field is written out |
+| then | each field written out (every required field, and each field whose mask bit is set), in the order listed, each in its width |
+| then | zero bits up to the next byte boundary, where the next instruction starts |
+
+A field is written out exactly when its value differs from its default (a constant, or `= expr`
+of earlier fields), so each instruction has one encoding: an unused LOOP stride slot, or a DMA
+stride that says "contiguous", costs one bit.  The length follows from the opcode and the mask,
+so the stream is read front to back.
 
 Integers are unsigned unless the type says `int` (two's complement); enums are stored by value;
 `1, 2 or 4` is stored as its base-2 logarithm; `fp32` is an IEEE-754 binary32 (NaN refused).
 The decoder (`decode_program`) accepts only what the encoder produces: a known opcode, flags
-legal for the queue, field values in range, reserved bits zero, exactly one `END`, last.
+legal for the queue, field values in range, a field written out only when it is not at its
+default, zero padding and reserved bits, exactly one `END`, last.
 
 ## Assembly text
 
@@ -155,7 +165,7 @@ def _section(d: InstrDef) -> str:
     return (
         f"### {d.name} (opcode 0x{d.opcode:02x})\n\n"
         f"{d.summary}\n\n"
-        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}."
+        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits: {d.field_bits}; {max_bytes(d)} bytes at most."
         + (f" May follow: {', '.join(d.may_follow)}." if d.may_follow else "")
         + (f" Pipelines after: {', '.join(d.pipelines_after)}." if d.pipelines_after else "")
         + "\n\n"
