@@ -144,7 +144,7 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | N
     instrs = units.instrs
     first = instrs[lo:mid]
     moved = _delta(first, instrs[mid:mid + body])
-    if moved is None or group([(j, f, s) for (j, f), s in moved.items()]) is None:
+    if moved is None:
         return None
     model = {key: [s, 0] for key, s in moved.items()}
     count = 2

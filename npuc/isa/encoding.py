@@ -23,7 +23,6 @@ zero padding, every reserved bit zero, and exactly one END, last.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Iterable, Iterator
 
 from npuc.errors import BinaryFormatError
@@ -41,7 +40,6 @@ from npuc.isa.instr import (
 )
 
 
-@functools.cache
 def max_bytes(d: InstrDef) -> int:
     """The most bytes an instruction of ``d`` takes (every field written out)."""
     return -(-(HEADER_BITS + len(d.fields) + d.field_bits) // 8)

@@ -182,19 +182,34 @@ class FieldError(ValueError):
     """A field value is missing, unknown or out of range (callers turn it into a user error)."""
 
 
+_RANGES: dict[int, tuple[InstrDef, tuple[tuple[int, int], ...]]] = {}
+
+
+def _int_ranges(d: InstrDef) -> tuple[tuple[int, int], ...]:
+    """Per field of ``d``: the legal range of a plain integer value (an empty one for other kinds)."""
+    hit = _RANGES.get(id(d))
+    if hit is None or hit[0] is not d:
+        hit = _RANGES[id(d)] = (d, tuple((f.min_value, f.max_value) if f.kind in ("uint", "sint") else (1, 0)
+                                         for f in d.fields))
+    return hit[1]
+
+
 def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
     """The named-tuple args of ``d`` from ``given`` values, filling defaults; raises FieldError."""
     unknown = [k for k in given if k not in d.args_type._fields]
     if unknown:
         raise FieldError(f"{d.name} has no field '{unknown[0]}' (fields: {', '.join(d.args_type._fields)})")
     values: dict[str, Any] = {}
-    for f in d.fields:
+    for f, (lo, hi) in zip(d.fields, _int_ranges(d)):
         if f.name in given:
             v = given[f.name]
         elif f.default is None:
             raise FieldError(f"{d.name} needs field '{f.name}' ({f.doc})")
         else:
             v = f.default(values) if callable(f.default) else f.default
+        if type(v) is int and lo <= v <= hi:  # the common case: an integer field in range
+            values[f.name] = v
+            continue
         if f.kind == "f32" and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if f.kind == "enum" and not isinstance(v, f.enum) and isinstance(v, str):
