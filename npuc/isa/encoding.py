@@ -1,24 +1,31 @@
 """Binary encoding: each instruction a whole number of bytes; a field is written only when it changes.
 
-An instruction is a little-endian bit string.  Bits 0-7 hold the opcode, bits 8-13 the
-dependency flags (a wait bit, then a signal bit, for each other queue: :meth:`Deps.to_bits`),
-bits 14-15 are zero.  From bit 16 comes the *presence mask*: one bit per field of the
-instruction, in definition order, set when the field is written out.  Then every field that is
-written, in definition order, each in its own width.  The instruction ends at the next byte
-boundary; the bits up to it are zero.  Its length follows from its opcode and its mask, so a
-decoder reads the stream front to back.
+An instruction is a little-endian bit string:
 
-A field that is left out holds its *reference value*: its value in the previous instruction of
-the same mnemonic in the stream, or, for the first one, its default
-(:attr:`npuc.isa.fields.Field.default`: a constant or a function of earlier fields; a field
-without a default is always written in the first instruction of its mnemonic).  This is how a
-command stream that sets registers works (Ethos-U's): a MATMUL after a MATMUL writes only the
-addresses that moved, a LOOP after a LOOP only the strides that differ.  A field is left out
-exactly when it equals its reference value, so the encoding of a program is unique.
+- bits 0-7: the opcode; bits 8-13: the dependency flags (a wait bit, then a signal bit, for
+  each other queue: :meth:`Deps.to_bits`); bits 14-15: the *reference*, which of the last
+  :data:`HISTORY` instructions of the same mnemonic in the stream the fields are taken from
+  (0 = the most recent; 0 when there is none);
+- from bit 16, the mask length ``L`` in ``bit_length(number of fields)`` bits, then ``L`` mask
+  bits, one per field in definition order (bit ``L - 1`` set: fields after it are all left
+  out), set when the field is written out;
+- each field written out, in definition order, each in its own width;
+- zero bits up to the next byte boundary, where the next instruction starts.
+
+A field that is left out holds its value in the reference instruction, or, when the stream has
+no earlier instruction of the mnemonic, its default (:attr:`npuc.isa.fields.Field.default`: a
+constant or a function of earlier fields; a field without one is always written then).  This is
+how a command stream that sets registers works (Ethos-U's): a MATMUL after a MATMUL writes only
+the addresses that moved, a weight load after a weight load only its address, a LOOP after a
+LOOP only the strides that differ.  The encoder writes exactly the fields that differ from the
+reference and picks the reference that gives the fewest bytes (the most recent of those), so
+the encoding of a program is unique.  The length of an instruction follows from its opcode and
+its mask, so a decoder reads the stream front to back.
 
 The decoder accepts only what the encoder can produce: a known opcode, flags legal for the
-queue, every field value legal, a field written only when it differs from its reference value,
-zero padding, every reserved bit zero, and exactly one END, last.
+queue, a reference that exists and is the encoder's choice, a mask whose last bit is set, every
+field value legal, a field written only when it differs from its reference value, zero padding,
+and exactly one END, last.
 """
 
 from __future__ import annotations
@@ -39,10 +46,17 @@ from npuc.isa.instr import (
     program_problem,
 )
 
+HISTORY = 4  # earlier instructions of a mnemonic a field may be taken from (the 2-bit reference)
+_REF_SHIFT = 8 + DEP_BITS
+
+
+def _len_bits(d: InstrDef) -> int:
+    return d.mask_length_bits
+
 
 def max_bytes(d: InstrDef) -> int:
     """The most bytes an instruction of ``d`` takes (every field written out)."""
-    return -(-(HEADER_BITS + len(d.fields) + d.field_bits) // 8)
+    return -(-(HEADER_BITS + _len_bits(d) + len(d.fields) + d.field_bits) // 8)
 
 
 def _reference(f, k: int, prev: Instr | None, values: dict[str, Any]) -> Any:
@@ -59,77 +73,130 @@ def _same(f, v: Any, ref: Any) -> bool:
     return ref is not None and f.problem(ref) is None and f.to_bits(v) == f.to_bits(ref)
 
 
-def encode_instr(ins: Instr, prev: Instr | None = None) -> bytes:
-    """The bytes of one instruction; ``prev`` is the previous instruction of the same mnemonic
-    in the stream (None for the first)."""
-    d = get_def(ins.op)
-    values: dict[str, Any] = {}
-    mask, body, pos = 0, 0, 0
-    for k, (f, v) in enumerate(zip(d.fields, ins.args)):
-        if not _same(f, v, _reference(f, k, prev, values)):
+def _eq(f, v: Any, r: Any) -> bool:
+    """Whether two legal values of field ``f`` are the same bits (fp32: -0.0 is not 0.0)."""
+    return v == r and (f.kind != "f32" or f.to_bits(v) == f.to_bits(r))
+
+
+def _fields(d: InstrDef, ins: Instr, prev: Instr | None) -> tuple[int, int]:
+    """(bits, value) of the length, mask and fields of ``ins`` against reference ``prev``."""
+    mask, body, pos, length = 0, 0, 0, 0
+    if prev is not None:
+        for k, (f, v, r) in enumerate(zip(d.fields, ins.args, prev.args)):
+            if v == r and (f.kind != "f32" or f.to_bits(v) == f.to_bits(r)):
+                continue
             mask |= 1 << k
             body |= f.to_bits(v) << pos
             pos += f.bits
-        values[f.name] = v
-    nmask = len(d.fields)
-    word = d.opcode | ins.deps.to_bits(d.queue) << 8 | mask << HEADER_BITS | body << (HEADER_BITS + nmask)
-    return word.to_bytes(-(-(HEADER_BITS + nmask + pos) // 8), "little")
+            length = k + 1
+    else:
+        values: dict[str, Any] = {}
+        for k, (f, v) in enumerate(zip(d.fields, ins.args)):
+            if not _same(f, v, _reference(f, k, None, values)):
+                mask |= 1 << k
+                body |= f.to_bits(v) << pos
+                pos += f.bits
+                length = k + 1
+            values[f.name] = v
+    lb = _len_bits(d)
+    return lb + length + pos, length | mask << lb | body << (lb + length)
+
+
+def _choice(d: InstrDef, ins: Instr, history: list[Instr]) -> tuple[int, int, int]:
+    """(reference, bits, value) the encoder writes: the reference with the fewest bytes."""
+    best = None
+    for r, prev in enumerate(history[::-1] or [None]):
+        bits, value = _fields(d, ins, prev)
+        nbytes = -(-(HEADER_BITS + bits) // 8)
+        if best is None or nbytes < best[0]:
+            best = (nbytes, r, bits, value)
+            if bits == _len_bits(d):  # nothing written: none is shorter
+                break
+    return best[1], best[2], best[3]
+
+
+def encode_instr(ins: Instr, history: Iterable[Instr] = ()) -> bytes:
+    """The bytes of one instruction; ``history`` holds the earlier instructions of its mnemonic
+    in the stream, oldest first (only the last :data:`HISTORY` count)."""
+    d = get_def(ins.op)
+    hist = list(history)[-HISTORY:]
+    ref, bits, value = _choice(d, ins, hist)
+    word = d.opcode | ins.deps.to_bits(d.queue) << 8 | ref << _REF_SHIFT | value << HEADER_BITS
+    return word.to_bytes(-(-(HEADER_BITS + bits) // 8), "little")
 
 
 def encode_program(instrs: Iterable[Instr]) -> bytes:
     """The code section of ``instrs`` (a list or a :class:`Program`)."""
-    last: dict[str, Instr] = {}
+    last: dict[str, list[Instr]] = {}
     out = []
     for ins in instrs:
-        out.append(encode_instr(ins, last.get(ins.op)))
-        last[ins.op] = ins
+        hist = last.setdefault(ins.op, [])
+        out.append(encode_instr(ins, hist))
+        hist.append(ins)
+        if len(hist) > HISTORY:
+            del hist[0]
     return b"".join(out)
 
 
-def decode_instr(data: bytes, index: int = 0, offset: int = 0, prev: Instr | None = None) -> tuple[Instr, int]:
+def decode_instr(data: bytes, index: int = 0, offset: int = 0, history: Iterable[Instr] = ()) -> tuple[Instr, int]:
     """Decode the instruction at byte ``offset`` of ``data``: (instruction, its length in bytes);
-    ``prev`` is the previous instruction of its mnemonic (the caller tracks it: decode_program).
-    Raises BinaryFormatError naming ``index`` and the offset."""
+    ``history`` holds the earlier instructions of its mnemonic, oldest first (the caller tracks
+    them: decode_program).  Raises BinaryFormatError naming ``index`` and the offset."""
     where = f"instruction {index} (byte offset {offset})"
     if offset >= len(data):
         raise BinaryFormatError(f"{where}: the code ends here")
     d = def_by_opcode(data[offset])
     if d is None:
         raise BinaryFormatError(f"{where}: unknown opcode 0x{data[offset]:02x}")
-    if prev is not None and prev.op != d.name:
-        raise ValueError(f"decode_instr: the previous instruction given is a {prev.op}, not a {d.name}")
+    hist = list(history)[-HISTORY:]
+    if hist and hist[-1].op != d.name:
+        raise ValueError(f"decode_instr: the history given holds other instructions than {d.name}")
     chunk = data[offset:offset + max_bytes(d)]
     word = int.from_bytes(chunk, "little")
-    if (word >> (8 + DEP_BITS)) & ((1 << (HEADER_BITS - 8 - DEP_BITS)) - 1):
-        raise BinaryFormatError(f"{where}: {d.name} has reserved header bits {8 + DEP_BITS}-{HEADER_BITS - 1} set")
+    avail = len(chunk) * 8
+    if avail < HEADER_BITS:
+        raise BinaryFormatError(f"{where}: {d.name} is cut off in its header (the code ends)")
     deps = Deps.from_bits((word >> 8) & ((1 << DEP_BITS) - 1), d.queue)
     reason = deps.problem(d.queue)
     if reason:
         raise BinaryFormatError(f"{where}: {d.name} dependency flags: {reason}")
-    nmask = len(d.fields)
-    mask = (word >> HEADER_BITS) & ((1 << nmask) - 1)
-    pos = HEADER_BITS + nmask
-    if pos > len(chunk) * 8:
+    ref = word >> _REF_SHIFT & ((1 << (HEADER_BITS - _REF_SHIFT)) - 1)
+    if ref >= max(1, len(hist)):
+        raise BinaryFormatError(f"{where}: {d.name} takes its fields from earlier {d.name} number {ref} (0 = the "
+                                f"latest), but the stream has {len(hist)} earlier ones")
+    prev = hist[-1 - ref] if hist else None
+    lb = _len_bits(d)
+    pos = HEADER_BITS + lb
+    if pos > avail:
+        raise BinaryFormatError(f"{where}: {d.name} is cut off in its mask length (the code ends)")
+    length = word >> HEADER_BITS & ((1 << lb) - 1)
+    if length > len(d.fields):
+        raise BinaryFormatError(f"{where}: {d.name} has a mask of {length} bits, but only {len(d.fields)} fields")
+    if pos + length > avail:
         raise BinaryFormatError(f"{where}: {d.name} is cut off in its presence mask (the code ends)")
+    mask = word >> pos & ((1 << length) - 1)
+    if length and not mask >> (length - 1):
+        raise BinaryFormatError(f"{where}: {d.name} has a mask of {length} bits whose last bit is clear")
+    pos += length
     values: dict[str, Any] = {}
     for k, f in enumerate(d.fields):
-        ref = _reference(f, k, prev, values)
+        r = prev.args[k] if prev is not None else _reference(f, k, None, values)
         if mask >> k & 1:
-            if pos + f.bits > len(chunk) * 8:
+            if pos + f.bits > avail:
                 raise BinaryFormatError(f"{where}: {d.name} is cut off in field '{f.name}' (the code ends)")
             v = f.from_bits((word >> pos) & ((1 << f.bits) - 1))
             pos += f.bits
             reason = f.problem(v)
             if reason:
                 raise BinaryFormatError(f"{where}: {d.name} field '{f.name}' {reason}")
-            if _same(f, v, ref):
+            if (_eq(f, v, r) if prev is not None else _same(f, v, r)):
                 raise BinaryFormatError(f"{where}: {d.name} writes out field '{f.name}' although it holds its "
                                         f"reference value (such a field is left out)")
         else:
-            if ref is None or f.problem(ref) is not None:
+            if prev is None and (r is None or f.problem(r) is not None):
                 raise BinaryFormatError(f"{where}: {d.name} leaves out field '{f.name}', which has no earlier "
                                         f"value or legal default to take")
-            v = ref
+            v = r
         values[f.name] = v
     nbytes = -(-pos // 8)
     if (word >> pos) & ((1 << (nbytes * 8 - pos)) - 1):
@@ -138,17 +205,24 @@ def decode_instr(data: bytes, index: int = 0, offset: int = 0, prev: Instr | Non
         args = build_args(d, values)
     except FieldError as e:
         raise BinaryFormatError(f"{where}: {e}") from None
-    return Instr(d.name, args, deps), nbytes
+    ins = Instr(d.name, args, deps)
+    if len(hist) > 1 and _choice(d, ins, hist)[0] != ref:
+        raise BinaryFormatError(f"{where}: {d.name} takes its fields from earlier {d.name} number {ref}, but another "
+                                f"gives fewer bytes (or as few, and is more recent)")
+    return ins, nbytes
 
 
 def _decode_all(data: bytes) -> Iterator[tuple[Instr, int, int]]:
-    last: dict[str, Instr] = {}
+    last: dict[str, list[Instr]] = {}
     offset = 0
     index = 0
     while offset < len(data):
         d = def_by_opcode(data[offset])
-        ins, n = decode_instr(data, index, offset, last.get(d.name) if d is not None else None)
-        last[ins.op] = ins
+        hist = last.setdefault(d.name, []) if d is not None else []
+        ins, n = decode_instr(data, index, offset, hist)
+        hist.append(ins)
+        if len(hist) > HISTORY:
+            del hist[0]
         yield ins, offset, n
         offset += n
         index += 1

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from npuc.isa.state import MachineState
     from npuc.targets import Target
 
-HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reserved zero (2 bits)
+HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reference (2 bits: npuc.isa.encoding)
 MAX_FIELD_BITS = 2048  # the field bits one instruction may define (npuc.isa.encoding writes those it needs)
 
 RegionsFn = Callable[[Any], tuple[Region, ...]]
@@ -74,9 +74,13 @@ class InstrDef:
     may_follow: tuple[str, ...] = ()
     pipelines_after: tuple[str, ...] = ()
     args_type: type = field(init=False, repr=False, compare=False)
+    mask_length_bits: int = field(init=False, repr=False, compare=False)  # npuc.isa.encoding's mask length
+    field_names: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args_type", collections.namedtuple(f"{self.name}_args", [f.name for f in self.fields]))
+        object.__setattr__(self, "mask_length_bits", len(self.fields).bit_length())
+        object.__setattr__(self, "field_names", frozenset(f.name for f in self.fields))
 
     @property
     def field_bits(self) -> int:
@@ -117,10 +121,14 @@ class Deps:
 
     @staticmethod
     def from_bits(bits: int, queue: Queue) -> "Deps":
-        others = queue.others()
-        waits = {q for k, q in enumerate(others) if bits >> k & 1}
-        signals = {q for k, q in enumerate(others) if bits >> (k + len(others)) & 1}
-        return Deps(frozenset(waits), frozenset(signals))
+        key = (bits, queue)
+        hit = _DEPS_BY_BITS.get(key)
+        if hit is None:
+            others = queue.others()
+            waits = {q for k, q in enumerate(others) if bits >> k & 1}
+            signals = {q for k, q in enumerate(others) if bits >> (k + len(others)) & 1}
+            hit = _DEPS_BY_BITS[key] = Deps(frozenset(waits), frozenset(signals))
+        return hit
 
     def problem(self, queue: Queue) -> str | None:
         if queue in self.waits or queue in self.signals:
@@ -132,6 +140,7 @@ class Deps:
 
 
 DEP_BITS = 2 * (len(Queue) - 1)
+_DEPS_BY_BITS: dict[tuple[int, Queue], Deps] = {}  # Deps are immutable: one per flag bits and queue
 
 
 _BY_NAME: dict[str, InstrDef] = {}
@@ -196,7 +205,8 @@ def _int_ranges(d: InstrDef) -> tuple[tuple[int, int], ...]:
 
 def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
     """The named-tuple args of ``d`` from ``given`` values, filling defaults; raises FieldError."""
-    unknown = [k for k in given if k not in d.args_type._fields]
+    names = d.field_names
+    unknown = [k for k in given if k not in names]
     if unknown:
         raise FieldError(f"{d.name} has no field '{unknown[0]}' (fields: {', '.join(d.args_type._fields)})")
     values: dict[str, Any] = {}

@@ -98,10 +98,10 @@ def test_roundtrip_every_instruction(d, data):
     assert len(raw) <= max_bytes(d)
     assert raw[0] == d.opcode
     assert decode_instr(raw) == (ins, len(raw))
-    prev = data.draw(instrs(d))  # the previous one of its mnemonic: only the fields that differ are written
-    after = encode_instr(ins, prev)
-    assert decode_instr(after, prev=prev) == (ins, len(after))
-    assert len(encode_instr(ins, ins)) == -(-(HEADER_BITS + len(d.fields)) // 8)  # nothing changed: no field
+    history = data.draw(st.lists(instrs(d), max_size=4))  # earlier ones of its mnemonic: fields taken from one
+    after = encode_instr(ins, history)
+    assert decode_instr(after, history=history) == (ins, len(after))
+    assert len(encode_instr(ins, [*history, ins])) == 2 + (d.mask_length_bits > 0)  # nothing changed: no field
     text = format_instr(ins)
     assert assemble_instr(text) == ins
     assert format_instr(assemble_instr(text)) == text
@@ -154,18 +154,19 @@ def _legal(f):
 
 
 def _raw(name: str, fields: dict[str, int], deps: int = 0) -> bytes:
-    """An instruction of ``name`` that writes out the raw bits of ``fields`` and of every
-    required field (a legal value unless given); the others are left out."""
+    """The first instruction of ``name`` in a stream, writing out the raw bits of ``fields``
+    and of every required field (a legal value unless given); the others are left out."""
     d = next(d for d in DEFS if d.name == name)
-    mask = body = pos = 0
+    mask = body = pos = length = 0
     for k, f in enumerate(d.fields):
         if f.name in fields or f.default is None:
             mask |= 1 << k
             body |= fields.get(f.name, f.to_bits(_legal(f))) << pos
             pos += f.bits
-    n = len(d.fields)
-    word = d.opcode | deps << 8 | mask << HEADER_BITS | body << (HEADER_BITS + n)
-    return word.to_bytes(-(-(HEADER_BITS + n + pos) // 8), "little")
+            length = k + 1
+    lb = d.mask_length_bits
+    word = d.opcode | deps << 8 | (length | mask << lb | body << (lb + length)) << HEADER_BITS
+    return word.to_bytes(-(-(HEADER_BITS + lb + length + pos) // 8), "little")
 
 
 def _padded() -> bytes:
@@ -184,8 +185,9 @@ def _padded() -> bytes:
         (b"\xee\x00" + END, "instruction 0 .*unknown opcode 0xee"),
         (b"\x00\x00" + END, "unknown opcode 0x00"),
         (_padded() + END, "nonzero padding bits"),
-        ((0x01 | 1 << 14).to_bytes(2, "little") + END, "reserved header bits 14-15"),
-        ((0x01 | 1 << 15).to_bytes(2, "little") + END, "reserved header bits 14-15"),
+        ((0x01 | 1 << 14).to_bytes(2, "little") + END, "earlier NOP number 1 .* the stream has 0 earlier ones"),
+        (NOP + (0x01 | 3 << 14).to_bytes(2, "little") + END, "earlier NOP number 3 .* the stream has 1 earlier"),
+        (NOP + NOP + (0x01 | 1 << 14).to_bytes(2, "little") + END, "another gives fewer bytes"),
         (NOP, "does not end with END"),
         (END + NOP + END, "END at instruction 0 is not the last"),
         (NOP + END[:1], "instruction 1 .*cut off"),
@@ -200,7 +202,7 @@ def test_a_left_out_field_takes_the_previous_value_of_its_mnemonic():
     a = Instr.make("LOAD_WEIGHTS", dtype="int8", addr=0x100, k=16, n=16)
     b = Instr.make("LOAD_WEIGHTS", dtype="int8", addr=0x200, k=16, n=16)
     code = encode_program([a, b, Instr.make("END")])
-    second = encode_instr(b, a)
+    second = encode_instr(b, [a])
     assert len(second) < len(encode_instr(b)) and code.endswith(second + END)
     assert decode_program(code) == [a, b, Instr.make("END")]
 
@@ -208,9 +210,16 @@ def test_a_left_out_field_takes_the_previous_value_of_its_mnemonic():
 def test_decode_refuses_what_the_encoder_does_not_write():
     d = next(d for d in DEFS if d.name == "LOAD_WEIGHTS")
     # a required field left out of the first instruction of its mnemonic: nothing to take it from
-    word = d.opcode | 0b000001 << HEADER_BITS | 1 << (HEADER_BITS + len(d.fields))  # only dtype written
+    lb = d.mask_length_bits
+    dtype = d.fields[0]
+    other = next(m for m in dtype.enum if m != dtype.default)
+    word = d.opcode | (1 | 1 << lb | dtype.to_bits(other) << (lb + 1)) << HEADER_BITS
     with pytest.raises(BinaryFormatError, match="leaves out field 'addr', which has no earlier value"):
-        decode_program(word.to_bytes(-(-(HEADER_BITS + len(d.fields) + 3) // 8), "little") + END)
+        decode_program(word.to_bytes(-(-(HEADER_BITS + lb + 1 + 3) // 8), "little") + END)
+    # a mask whose last bit is clear (its length says one field more than it writes)
+    word = d.opcode | (2 | 1 << lb) << HEADER_BITS
+    with pytest.raises(BinaryFormatError, match="last bit is clear"):
+        decode_program(word.to_bytes(4, "little") + END)
     # a field written out at its reference value (the default: s_n = the element size)
     size = d.field("dtype").default.size
     with pytest.raises(BinaryFormatError, match="writes out field 's_n' although it holds its reference value"):
