@@ -4,8 +4,9 @@ Per model and precision: the encoded NPU instructions (LOOPs and their bodies), 
 instructions they expand to (what the simulator runs), the code bytes, the constant bytes, code
 as a percentage of constants (the aim: <= 2% for the int8 CNNs), what the same program would
 take as 32-byte words without LOOPs (the encoding before format 3), and the compile seconds per
-stage (``CompileReport.stage_seconds``: export and quantization included) and in all, with the
-total without torch.export beside it.
+stage (``CompileReport.stage_seconds``: export and quantization included) and in all (wall
+seconds), the total without torch.export beside it, and the CPU seconds of the whole compile
+(steadier than wall time on a shared machine).
 
 ``--json FILE`` writes the figures; ``--baseline FILE`` (figures written by another checkout,
 e.g. ``PYTHONPATH=/path/to/old/npuc python bench/code_size.py --json old.json``) prints them
@@ -35,9 +36,9 @@ def measure(name: str, precision: str, target: str, calibration: int) -> dict:
     kw = {}
     if precision == "int8":
         kw = {"quantize": "int8", "calibration": [ZOO[spec].make_inputs(s) for s in range(1, calibration + 1)]}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     art = npuc.compile(model, example, target=target, **kw)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     r = art.report
     stages: dict[str, float] = {}
     for stage, seconds in r.stage_seconds:
@@ -49,7 +50,7 @@ def measure(name: str, precision: str, target: str, calibration: int) -> dict:
         "code_bytes": r.code_bytes, "constant_bytes": r.constant_bytes,
         "code_pct": 100.0 * r.code_bytes / max(1, r.constant_bytes),
         "unrolled_word_bytes": dynamic * OLD_WORD,
-        "stage_seconds": stages, "compile_seconds": wall,
+        "stage_seconds": stages, "compile_seconds": wall, "compile_cpu_seconds": cpu,
         "without_export_seconds": wall - stages.get("export", 0.0),
     }
 
@@ -57,7 +58,7 @@ def measure(name: str, precision: str, target: str, calibration: int) -> dict:
 def row(d: dict, tag: str) -> str:
     return (f"{d['model']:20s} {d['precision']:5s} {tag:6s} {d['instructions']:8,d} {d['dynamic_instructions']:9,d} "
             f"{d['code_bytes']:11,d} {d['constant_bytes']:12,d} {d['code_pct']:7.2f}% {d['unrolled_word_bytes']:12,d} "
-            f"{d['compile_seconds']:8.2f} {d['without_export_seconds']:8.2f}")
+            f"{d['compile_seconds']:8.2f} {d['without_export_seconds']:8.2f} {d.get('compile_cpu_seconds', 0.0):8.2f}")
 
 
 def stage_line(d: dict) -> str:
@@ -80,7 +81,7 @@ def main() -> None:
     print(f"target {args.target}; code/const aim <= 2% for the int8 CNNs; '32B words' = the dynamic "
           f"instructions as fixed 32-byte words (no LOOP)")
     print(f"{'model':20s} {'prec':5s} {'':6s} {'instrs':>8s} {'dynamic':>9s} {'code B':>11s} {'const B':>12s} "
-          f"{'code%':>8s} {'32B words':>12s} {'compile':>8s} {'-export':>8s}")
+          f"{'code%':>8s} {'32B words':>12s} {'compile':>8s} {'-export':>8s} {'cpu':>8s}")
     out = []
     for name in args.models.split(","):
         for precision in args.precisions.split(","):
