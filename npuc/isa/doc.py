@@ -11,7 +11,7 @@ from __future__ import annotations
 from npuc.isa import numerics
 from npuc.isa.defs.common import VECTOR_PIPELINE_DEPTH
 from npuc.isa.enums import UnOp
-from npuc.isa.encoding import HISTORY, max_bytes
+from npuc.isa.encoding import HISTORY, SHORT_FROM, max_bytes
 from npuc.isa.instr import HEADER_BITS, InstrDef, all_defs
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
 
@@ -58,7 +58,7 @@ written only when it changes (how a command stream that sets registers works):
 | 14-15 | reference: which of the last {HISTORY} instructions of the same mnemonic in the stream the left-out fields are taken from (0 = the most recent; 0 when there is none) |
 | from {HEADER_BITS} | the mask length L, in as many bits as the number of fields takes (`bit_length`) |
 | then | L mask bits, one per field in the order listed, set when the field is written out; bit L-1 is set (the fields after it are left out) |
-| then | each field written out, in the order listed, each in its width |
+| then | each field written out, in the order listed, each in its width; with a reference, an integer field of {SHORT_FROM} bits or more starts with a flag: 1, then its change from the reference as a signed number of half its width (used whenever the change fits), or 0, then the full value |
 | then | zero bits up to the next byte boundary, where the next instruction starts |
 
 A field left out holds its value in the reference instruction; in the first instruction of a

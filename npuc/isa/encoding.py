@@ -9,7 +9,10 @@ An instruction is a little-endian bit string:
 - from bit 16, the mask length ``L`` in ``bit_length(number of fields)`` bits, then ``L`` mask
   bits, one per field in definition order (bit ``L - 1`` set: fields after it are all left
   out), set when the field is written out;
-- each field written out, in definition order, each in its own width;
+- each field written out, in definition order, each in its own width -- except that an
+  integer field of at least :data:`SHORT_FROM` bits, in an instruction with a reference, starts
+  with a flag: 1, then its change from the reference as a signed number of half its width
+  (when the change fits; the encoder then always uses it), or 0, then the full value;
 - zero bits up to the next byte boundary, where the next instruction starts.
 
 A field that is left out holds its value in the reference instruction, or, when the stream has
@@ -46,6 +49,7 @@ from npuc.isa.instr import (
     program_problem,
 )
 
+SHORT_FROM = 12  # integer fields at least this wide may be written as a change from their reference
 HISTORY = 4  # earlier instructions of a mnemonic a field may be taken from (the 2-bit reference)
 _REF_SHIFT = 8 + DEP_BITS
 
@@ -54,9 +58,16 @@ def _len_bits(d: InstrDef) -> int:
     return d.mask_length_bits
 
 
+_MAX_BYTES: dict[str, tuple[InstrDef, int]] = {}
+
+
 def max_bytes(d: InstrDef) -> int:
-    """The most bytes an instruction of ``d`` takes (every field written out)."""
-    return -(-(HEADER_BITS + _len_bits(d) + len(d.fields) + d.field_bits) // 8)
+    """The most bytes an instruction of ``d`` takes (every field written out in full)."""
+    hit = _MAX_BYTES.get(d.name)
+    if hit is None or hit[0] is not d:
+        flags = sum(1 for f in d.fields if _short_bits(f))
+        hit = _MAX_BYTES[d.name] = (d, -(-(HEADER_BITS + _len_bits(d) + len(d.fields) + d.field_bits + flags) // 8))
+    return hit[1]
 
 
 def _reference(f, k: int, prev: Instr | None, values: dict[str, Any]) -> Any:
@@ -73,6 +84,12 @@ def _same(f, v: Any, ref: Any) -> bool:
     return ref is not None and f.problem(ref) is None and f.to_bits(v) == f.to_bits(ref)
 
 
+def _short_bits(f) -> int:
+    """The width of the short form of an integer field written against an earlier instruction
+    (a signed change from its value there: half the field's width), or 0 when it has none."""
+    return f.bits // 2 if f.bits >= SHORT_FROM and f.kind in ("uint", "sint") else 0
+
+
 def _eq(f, v: Any, r: Any) -> bool:
     """Whether two legal values of field ``f`` are the same bits (fp32: -0.0 is not 0.0)."""
     return v == r and (f.kind != "f32" or f.to_bits(v) == f.to_bits(r))
@@ -86,9 +103,17 @@ def _fields(d: InstrDef, ins: Instr, prev: Instr | None) -> tuple[int, int]:
             if v == r and (f.kind != "f32" or f.to_bits(v) == f.to_bits(r)):
                 continue
             mask |= 1 << k
+            length = k + 1
+            short = _short_bits(f)
+            if short:  # a flag, then the change from the reference in half the width, when it fits
+                delta = v - r
+                if -(1 << (short - 1)) <= delta < (1 << (short - 1)):
+                    body |= (1 | (delta & ((1 << short) - 1)) << 1) << pos
+                    pos += 1 + short
+                    continue
+                pos += 1  # flag 0: the full value follows
             body |= f.to_bits(v) << pos
             pos += f.bits
-            length = k + 1
     else:
         values: dict[str, Any] = {}
         for k, (f, v) in enumerate(zip(d.fields, ins.args)):
@@ -182,10 +207,25 @@ def decode_instr(data: bytes, index: int = 0, offset: int = 0, history: Iterable
     for k, f in enumerate(d.fields):
         r = prev.args[k] if prev is not None else _reference(f, k, None, values)
         if mask >> k & 1:
-            if pos + f.bits > avail:
-                raise BinaryFormatError(f"{where}: {d.name} is cut off in field '{f.name}' (the code ends)")
-            v = f.from_bits((word >> pos) & ((1 << f.bits) - 1))
-            pos += f.bits
+            short = _short_bits(f) if prev is not None else 0
+            if short:
+                if pos + 1 > avail:
+                    raise BinaryFormatError(f"{where}: {d.name} is cut off in field '{f.name}' (the code ends)")
+                pos += 1
+            if short and word >> (pos - 1) & 1:
+                if pos + short > avail:
+                    raise BinaryFormatError(f"{where}: {d.name} is cut off in field '{f.name}' (the code ends)")
+                raw = (word >> pos) & ((1 << short) - 1)
+                pos += short
+                v = r + (raw - (1 << short) if raw >> (short - 1) else raw)
+            else:
+                if pos + f.bits > avail:
+                    raise BinaryFormatError(f"{where}: {d.name} is cut off in field '{f.name}' (the code ends)")
+                v = f.from_bits((word >> pos) & ((1 << f.bits) - 1))
+                pos += f.bits
+                if short and -(1 << (short - 1)) <= v - r < (1 << (short - 1)):
+                    raise BinaryFormatError(f"{where}: {d.name} writes field '{f.name}' in full although its change "
+                                            f"from the reference fits the short form")
             reason = f.problem(v)
             if reason:
                 raise BinaryFormatError(f"{where}: {d.name} field '{f.name}' {reason}")
