@@ -58,7 +58,8 @@ def measure(name: str, precision: str, target: str, calibration: int) -> dict:
 def row(d: dict, tag: str) -> str:
     return (f"{d['model']:20s} {d['precision']:5s} {tag:6s} {d['instructions']:8,d} {d['dynamic_instructions']:9,d} "
             f"{d['code_bytes']:11,d} {d['constant_bytes']:12,d} {d['code_pct']:7.2f}% {d['unrolled_word_bytes']:12,d} "
-            f"{d['compile_seconds']:8.2f} {d['without_export_seconds']:8.2f} {d.get('compile_cpu_seconds', 0.0):8.2f}")
+            f"{d['compile_seconds']:8.2f} {d['without_export_seconds']:8.2f} "
+            + (f"{d['compile_cpu_seconds']:8.2f}" if "compile_cpu_seconds" in d else f"{'n/a':>8s}"))
 
 
 def stage_line(d: dict) -> str:
