@@ -88,10 +88,11 @@ def main() -> None:
     target = load_target(args.target)
     print(f"target {target.name}: {target.vector.lanes} lanes, {target.dma.bytes_per_cycle} B/cycle DMA, "
           f"{target.scratchpad.size_bytes // 1024} KiB scratchpad")
-    head = f"{'kernel':34s} {'elements':>9s} {'cycles':>9s} {'cyc/elem':>8s} {'bound':>9s} {'ratio':>6s} {'instrs':>6s} {'emit+sim s':>10s}"
+    head = (f"{'kernel':34s} {'elements':>9s} {'cycles':>9s} {'cyc/elem':>8s} {'bound':>9s} {'ratio':>6s} {'model':>9s} "
+            f"{'error':>7s} {'instrs':>6s} {'emit+sim s':>10s}")
     print(head)
     print("-" * len(head))
-    ratios = []
+    ratios, errors = [], []
     for label, k, nbytes, lane_ops in cases():
         impl = get_kernel(k.kind)
         reason = impl.supports(k, target)
@@ -106,9 +107,15 @@ def main() -> None:
         cyc = run.result.total_cycles
         elems = k.output.numel
         ratios.append(cyc / bound)
-        print(f"{label:34s} {elems:9d} {cyc:9d} {cyc / elems:8.3f} {bound:9.0f} {cyc / bound:6.2f} {len(run.program):6d} {dt:10.3f}")
+        est = run.plan.est_cycles
+        errors.append(abs(est - cyc) / cyc)
+        print(f"{label:34s} {elems:9d} {cyc:9d} {cyc / elems:8.3f} {bound:9.0f} {cyc / bound:6.2f} {est:9d} "
+              f"{(est - cyc) / cyc:+7.1%} {len(run.program):6d} {dt:10.3f}")
     geo = float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
     print(f"geometric mean ratio to the lower bound: {geo:.3f}")
+    errors.sort()
+    print(f"cost model (tile-program walk) against the simulator: median error {errors[len(errors) // 2]:.1%}, "
+          f"worst {errors[-1]:.1%}")
 
 
 if __name__ == "__main__":

@@ -268,6 +268,7 @@ def compile(  # noqa: A001 (the API's name)
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     host_code: bool = False,
+    fuse_layers: bool = True,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -290,6 +291,8 @@ def compile(  # noqa: A001 (the API's name)
 
     ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
     llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
+    ``fuse_layers=False`` compiles every layer as its own kernel (no ``fused_chain``: the cascade
+    stage, docs/compiler.md, leaves the model as it is), for comparing fused against unfused.
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
@@ -337,7 +340,7 @@ def compile(  # noqa: A001 (the API's name)
     g = run_graph_passes(g, print_after=[n for n in graph_names if n not in FRONT_STAGES], records=records,
                          **runner_opts)
     packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
-                           records=records, on_stage=on_stage, **runner_opts)
+                           records=records, on_stage=on_stage, fuse_layers=fuse_layers, **runner_opts)
     if host_code and on_stage is not None:
         on_stage("host code")
     return _artifact(packaged, tgt, records, host_code)
@@ -404,7 +407,8 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
     return Artifact(npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
-def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, **runner_opts: Any) -> Artifact:
+def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, fuse_layers: bool = True,
+                  **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision
@@ -413,7 +417,7 @@ def compile_graph(g, target=None, quantize: str | None = None, host_code: bool =
     tgt = resolve_target(target)
     records: list = []
     precision = choose_precision(tgt, quantize)
-    packaged = run_backend(g, tgt, precision, records=records, **runner_opts)
+    packaged = run_backend(g, tgt, precision, records=records, fuse_layers=fuse_layers, **runner_opts)
     return _artifact(packaged, tgt, records, host_code)
 
 

@@ -372,13 +372,14 @@ def _import(ir: Any, kind: str, name: str, quantize: Any) -> tuple[Graph, dict[s
 #   io_edges     npuc.lower.io_quant       int8: the edge quantize/dequantize left to the runtime
 #   partition    npuc.lower.partition      each node -> NPU kernels, or the CPU with a reason
 #   fuse         npuc.lower.fusion         elementwise work into its producer's epilogue
+#   cascade      npuc.lower.cascade        chains of layers depth-first in stripes (fused_chain kernels)
 #   memory_plan  npuc.codegen.memory_plan  DRAM arena: constants, IO, activations by liveness
 #   codegen      npuc.codegen.driver       each NPU segment planned and emitted into one program
 #   package      npuc.codegen.package      the .npub container
 #
 # See docs/compiler.md.
 
-BACKEND_STAGES = ("io_edges", "partition", "fuse", "memory_plan", "codegen", "package")
+BACKEND_STAGES = ("io_edges", "partition", "fuse", "cascade", "memory_plan", "codegen", "package")
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,8 +399,9 @@ class Packaged:
 
 
 def backend_stages(target: Any, precision: Any, model_name: str,
-                   on_stage: Callable[[str], None] | None = None) -> list[Stage]:
-    """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged)."""
+                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = True) -> list[Stage]:
+    """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged);
+    ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on)."""
     from npuc.codegen.driver import code_text, compile_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
@@ -407,6 +409,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     from npuc.kir.program import NpuSegment
     from npuc.kir.text import print_lowered
     from npuc.kir.verify import verify_lowered
+    from npuc.lower.cascade import cascade
     from npuc.lower.fusion import fuse
     from npuc.lower.io_quant import absorb_io_quantization
     from npuc.lower.partition import partition
@@ -439,6 +442,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         Stage("io_edges", announce("io_edges", io_edges), verify, print_graph, constants_manifest, ".npuir"),
         Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
         Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
+        Stage("cascade", announce("cascade", cascade if fuse_layers else (lambda m: m)), verify_lowered, print_lowered),
         Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
         Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),
         Stage("package", announce("package", package), lambda p: validate_npub(p.npub), _package_text),
@@ -476,8 +480,10 @@ def run_backend(
     out: TextIO | None = None,
     records: list[StageRecord] | None = None,
     on_stage: Callable[[str], None] | None = None,
+    fuse_layers: bool = True,
 ) -> Packaged:
-    """Run the backend stages on an optimized graph; print/dump them as asked."""
+    """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``:
+    see :func:`backend_stages`)."""
     opts = RunOptions(verify_each, tuple(print_after), print_after_all, dump_dir, out or sys.stdout, records)
-    stages = backend_stages(target, precision, model_name or g.name, on_stage)
+    stages = backend_stages(target, precision, model_name or g.name, on_stage, fuse_layers)
     return run_stages(g, stages, opts, first_index=len(GRAPH_PASSES) + 1)

@@ -61,7 +61,7 @@ def test_every_binary_epilogue_op_is_lowered_and_accepted_with_an_operand_or_a_s
 
 def test_the_epilogue_ops_are_the_float_vector_ops_of_the_registry():
     assert UNARY_EPILOGUE_OPS == {"relu", "clamp", "sigmoid", "tanh", "silu", "gelu", "hardswish", "hardsigmoid",
-                                  "exp", "neg", "abs", "sqrt", "rsqrt", "reciprocal"}
+                                  "exp", "neg", "abs", "sqrt", "rsqrt", "reciprocal", "log", "log1p"}
     assert BINARY_EPILOGUE_OPS == {"add", "sub", "mul", "div", "maximum", "minimum"}
     assert not (UNARY_EPILOGUE_OPS | BINARY_EPILOGUE_OPS) - ops_with(Trait.IMAGE_PRESERVING)
 
@@ -80,6 +80,7 @@ def test_commutative_means_the_reference_is_symmetric(op):
 
 def test_image_traits():
     assert IMAGE_CONSUMERS == {"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d",
+                               "conv_transpose2d",
                                "qconv2d", "qavg_pool2d"}
     assert IMAGE_PRODUCERS == IMAGE_CONSUMERS | {"batch_norm"}
     for op in all_ops():  # an elementwise result keeps the layout unless it is bool

@@ -88,4 +88,6 @@ def code_text(codes: tuple[SegmentCode, ...]) -> str:
         for lk, plan in zip(c.segment.kernels, c.plans):
             lines.append(f"  {lk.kernel}")
             lines.append(f"      plan: {plan}")
+            if hasattr(plan.details, "text"):  # a tile program (npuc.kir.tile_program): its loop nest
+                lines.append(plan.details.text(indent="      "))
     return "\n".join(lines) + "\n"

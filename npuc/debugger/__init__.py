@@ -78,12 +78,9 @@ def _not_compared(index: int, facts: dict, shape, reference: str, note: str) -> 
                        max_abs=float("nan"), sqnr_db=float("nan"), within_tolerance=True, compared=False, note=note)
 
 
-def _float_report(art, g, inputs: tuple, label: str) -> DebugReport:
-    from npuc.interp import interpret_all
-
-    ref = interpret_all(g, *inputs)
-    outs, captured = _run_captured(art, ref, inputs)
-    ref_name = "fp32 interpreter"
+def _layer_records(art, captured, ref: dict, ref_name: str, record) -> tuple[LayerRecord, ...]:
+    """One record per captured kernel value: compared against ``ref`` by ``record(i, facts, kv, r, rel, mx,
+    sqnr)``, or marked not compared when no kernel writes the value whole."""
     layers = []
     for i, kv in enumerate(captured):
         facts = _layer_facts(art, kv)
@@ -92,13 +89,26 @@ def _float_report(art, g, inputs: tuple, label: str) -> DebugReport:
             layers.append(_not_compared(i, facts, r.shape if r is not None else (), ref_name,
                                         "no kernel writes this value whole"))
             continue
-        rel, mx, sqnr = compare(kv.data, r.numpy())
+        layers.append(record(i, facts, kv, r, *compare(kv.data, r.numpy())))
+    return tuple(layers)
+
+
+def _float_report(art, g, inputs: tuple, label: str) -> DebugReport:
+    from npuc.interp import interpret_all
+
+    ref = interpret_all(g, *inputs)
+    outs, captured = _run_captured(art, ref, inputs)
+    ref_name = "fp32 interpreter"
+
+    def record(i, facts, kv, r, rel, mx, sqnr):
         ok = rel <= FLOAT_TOLERANCE and bool(np.isfinite(kv.data).all())
-        layers.append(LayerRecord(i, **facts, shape=tuple(r.shape), reference=ref_name, rel_l2=rel, max_abs=mx,
-                                  sqnr_db=sqnr, within_tolerance=ok))
+        return LayerRecord(i, **facts, shape=tuple(r.shape), reference=ref_name, rel_l2=rel, max_abs=mx,
+                           sqnr_db=sqnr, within_tolerance=ok)
+
+    layers = _layer_records(art, captured, ref, ref_name, record)
     expected = [ref[v.name] for v in g.outputs]
     return DebugReport(label, art.target.name, None, f"relative L2 <= {FLOAT_TOLERANCE:g}, all finite (fp16 vs fp32)",
-                       tuple(layers), tuple(compare(o.numpy(), e.numpy()) for o, e in zip(outs, expected)))
+                       layers, tuple(compare(o.numpy(), e.numpy()) for o, e in zip(outs, expected)))
 
 
 def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) -> DebugReport:
@@ -121,15 +131,8 @@ def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) ->
     fouts = [fref[v.name] for v in gf.outputs]
     alone = quantized_alone(gio, gf, qref, fref, fouts) if quantize_cost else {}
     ref_name = "integer reference"
-    layers = []
-    for i, kv in enumerate(captured):
-        facts = _layer_facts(art, kv)
-        r = qref.get(kv.value)
-        if kv.data is None or r is None:
-            layers.append(_not_compared(i, facts, r.shape if r is not None else (), ref_name,
-                                        "no kernel writes this value whole"))
-            continue
-        rel, mx, sqnr = compare(kv.data, r.numpy())
+
+    def record(i, facts, kv, r, rel, mx, sqnr):
         frel = fsqnr = None
         q = types[kv.value].quant if kv.value in types else None
         fname = fmap.get(kv.value)
@@ -137,14 +140,16 @@ def _int8_report(art, gq, gf, inputs: tuple, label: str, quantize_cost: bool) ->
             deq = dequantize_tensor(torch.from_numpy(kv.data.astype(np.int32)), q.scale[0], q.zero_point[0])
             frel, _, fsqnr = compare(deq.numpy(), fref[fname].numpy())
         cost = alone.get(kv.value)
-        layers.append(LayerRecord(i, **facts, shape=tuple(r.shape), reference=ref_name, rel_l2=rel, max_abs=mx,
-                                  sqnr_db=sqnr, within_tolerance=mx == 0, float_rel_l2=frel, float_sqnr_db=fsqnr,
-                                  alone_sqnr_db=None if cost is None else cost[0]))
+        return LayerRecord(i, **facts, shape=tuple(r.shape), reference=ref_name, rel_l2=rel, max_abs=mx,
+                           sqnr_db=sqnr, within_tolerance=mx == 0, float_rel_l2=frel, float_sqnr_db=fsqnr,
+                           alone_sqnr_db=None if cost is None else cost[0])
+
+    layers = _layer_records(art, captured, qref, ref_name, record)
     qouts = [qref[v.name] for v in gio.outputs]
     shares = noise_shares(alone)
     stored_outs = [host_to_stored(v.type, o) for v, o in zip(gio.outputs, outs)]  # the int8 the NPU wrote
     return DebugReport(
-        label, art.target.name, "int8", "bit-exact against the integer reference", tuple(layers),
+        label, art.target.name, "int8", "bit-exact against the integer reference", layers,
         tuple(compare(o.numpy(), e.numpy()) for o, e in zip(stored_outs, qouts)),
         tuple(compare(o.numpy(), e.numpy()) for o, e in zip(outs, fouts)),
         tuple(shares), suggest_float_ops(shares),

@@ -271,7 +271,8 @@ def _lut(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | None:
         a_lo, a_hi = _clamp_range(n, out)
         return rw.add("qclamp", (x,), QClampAttrs(a_lo, max(a_lo, a_hi)))
     opdef = get_op(n.op)
-    table = arith.lut_table(lambda t: opdef.reference([t], n.attrs)[0], _params(x), out)
+    # a code outside the function's domain (log of a negative value) maps to the real value 0
+    table = arith.lut_table(lambda t: torch.nan_to_num(opdef.reference([t], n.attrs)[0], nan=0.0), _params(x), out)
     table = tuple(min(max(v, lo), hi) for v in table)
     return rw.add("qlut", (x,), QLutAttrs(table, out[0], out[1]))
 
@@ -336,9 +337,10 @@ HANDLERS: dict[str, Handler] = {
     "adaptive_avg_pool2d": _average,
     "reduce_mean": _average,
     "concat": _concat,
-    **{op: _lut for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "relu", "clamp")},
+    **{op: _lut for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "relu", "clamp", "elu",
+                           "expm1", "log1p", "log")},
     **{op: _moving for op in ("reshape", "permute", "slice", "select", "expand", "upsample_nearest2d",
-                              "max_pool2d", "pad")},
+                              "max_pool2d", "pad", "flip")},
 }
 
 

@@ -434,7 +434,7 @@ def base_binaries() -> list[Npub]:
     class WithCpu(nn.Module):
         def forward(self, x):
             y = torch.relu(x)
-            return torch.where(y == 0, y, y * 2) + 1
+            return torch.sin(y) * 2 + 1  # sin runs on the CPU: a CPU segment to edit
 
     torch.manual_seed(0)
     conv = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),

@@ -29,6 +29,7 @@ import torch
 
 from npuc.errors import BinaryFormatError, NpucError, SimulationError, VerifyError
 from npuc.fuzz.graphs import Recipe, build, recipe_source
+from npuc.fuzz.memo import install as install_memos
 
 INTERP_TOL = 1e-5
 INT8_EAGER_TOL = 0.25
@@ -94,6 +95,7 @@ def check_recipe(r: Recipe, paths: tuple[str, ...] = PATHS, target: str = "npu-m
     from npuc.pipeline import import_model
     from npuc.report.accuracy import check_output, eager_outputs
 
+    install_memos()
     model, inputs = build(r)
     ref = eager_outputs(model, inputs)
     results: list[PathResult] = []

@@ -281,8 +281,37 @@ def _bcast_shape(rng: random.Random, shape: tuple[int, ...]) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------- proposers
 #
 # Each proposer adds one step for its graph op (or returns False when it has nothing to work on).
+# Most ops transform one float value: they are rows of :data:`ONE_VALUE`, each the values it
+# takes and a function that draws the op's parameters and writes its line of PyTorch; one driver
+# (:func:`_one_value`) picks the value, writes the step and runs it.  Ops that combine values,
+# make masks or need helper steps have their own proposers below the table.
 
 Proposer = Callable[[_Gen], bool]
+Expr = Callable[[_Gen, _Value], "str | None"]
+
+
+@dataclass(frozen=True)
+class OneValue:
+    """An op on one float value: ``expr(g, x)`` draws its parameters and returns the step's
+    expression (None: nothing to propose for ``x``).  ``rank``/``min_rank``/``exact`` select the
+    values it takes; ``keeps_exact``: its result is exact (on the 1/8 grid) when its input is."""
+
+    expr: Expr
+    rank: int | None = None
+    min_rank: int = 0
+    exact: bool = False
+    keeps_exact: bool = False
+
+
+def _one_value(op: str, spec: OneValue) -> Proposer:
+    def propose(g: _Gen) -> bool:
+        x = g.pick(g.floats(rank=spec.rank, min_rank=spec.min_rank, exact=spec.exact))
+        if x is None:
+            return False
+        expr = spec.expr(g, x)
+        return expr is not None and g.try_step(op, expr, exact=spec.keeps_exact and x.exact)
+
+    return propose
 
 _UNARY = {
     "abs": ("torch.abs({x})", True), "neg": ("torch.neg({x})", True), "relu": ("torch.relu({x})", True),
@@ -301,28 +330,16 @@ _UNARY = {
 }
 
 
-def _unary(op: str) -> Proposer:
-    template, keeps_exact = _UNARY[op]
-
-    def propose(g: _Gen) -> bool:
-        x = g.pick(g.floats())
-        return x is not None and g.try_step(op, template.format(x=x.name), exact=keeps_exact and x.exact)
-
-    return propose
 
 
-def _gelu(g: _Gen) -> bool:
-    x = g.pick(g.floats())
+def _gelu_expr(g: _Gen, x: _Value) -> str | None:
     approx = g.rng.choice(("none", "tanh"))
-    return x is not None and g.try_step("gelu", f"F.gelu({x.name}, approximate={approx!r})")
+    return f"F.gelu({x.name}, approximate={approx!r})"
 
 
-def _clamp(g: _Gen) -> bool:
-    x = g.pick(g.floats())
-    if x is None:
-        return False
+def _clamp_expr(g: _Gen, x: _Value) -> str | None:
     lo, hi = g.rng.choice(((-1.0, 1.0), (0.0, 6.0), (-0.5, None), (None, 0.25)))
-    return g.try_step("clamp", f"torch.clamp({x.name}, min={lo}, max={hi})", exact=x.exact)
+    return f"torch.clamp({x.name}, min={lo}, max={hi})"
 
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*"}
@@ -427,10 +444,7 @@ def _where(g: _Gen) -> bool:
     return g.try_step("where", f"torch.where({m}, {x.name}, {y})")
 
 
-def _conv2d(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _conv2d_expr(g: _Gen, x: _Value) -> str | None:
     c = x.t.shape[1]
     groups = g.rng.choice([d for d in (1, 1, 2, 3, c) if c % d == 0])
     out = groups * g.rng.choice((1, 2, 3)) if groups > 1 else g.rng.choice((1, 2, 3, 4, 5, 8, 16))
@@ -442,24 +456,18 @@ def _conv2d(g: _Gen) -> bool:
     fan = (c // groups) * k * kw
     w = g.const((out, c // groups, k, kw), scale=round(1.0 / fan ** 0.5, 4))
     b = g.const((out,), scale=0.1) if g.rng.random() < 0.6 else "None"
-    return g.try_step("conv2d", f"F.conv2d({x.name}, {w}, {b}, stride={stride}, padding={pad}, dilation={dil}, groups={groups})")
+    return f"F.conv2d({x.name}, {w}, {b}, stride={stride}, padding={pad}, dilation={dil}, groups={groups})"
 
 
-def _linear(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _linear_expr(g: _Gen, x: _Value) -> str | None:
     k = x.t.shape[-1]
     n = g.rng.choice((1, 2, 3, 5, 8, 13, 16))
     w = g.const((n, k), scale=round(1.0 / k ** 0.5, 4))
     b = g.const((n,), scale=0.1) if g.rng.random() < 0.6 else "None"
-    return g.try_step("linear", f"F.linear({x.name}, {w}, {b})")
+    return f"F.linear({x.name}, {w}, {b})"
 
 
-def _matmul(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=2))
-    if x is None:
-        return False
+def _matmul_expr(g: _Gen, x: _Value) -> str | None:
     k = x.t.shape[-1]
     n = g.rng.choice((1, 2, 3, 5, 8))
     lead = tuple(x.t.shape[:-2])
@@ -473,91 +481,68 @@ def _matmul(g: _Gen) -> bool:
         o = g.pick(others)
         if o is not None:
             w = o.name
-    return g.try_step("matmul", f"torch.matmul({x.name}, {w})")
+    return f"torch.matmul({x.name}, {w})"
 
 
-def _avg_pool(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _avg_pool_expr(g: _Gen, x: _Value) -> str | None:
     k = g.rng.choice((1, 2, 3))
     s = g.rng.choice((1, 2, k))
     p = g.rng.choice((0, k // 2))
     ceil = g.rng.random() < 0.3
     cip = g.rng.random() < 0.5
-    return g.try_step("avg_pool2d", f"F.avg_pool2d({x.name}, {k}, stride={s}, padding={p}, ceil_mode={ceil}, "
-                      f"count_include_pad={cip})")
+    return (f"F.avg_pool2d({x.name}, {k}, stride={s}, padding={p}, ceil_mode={ceil}, "
+            f"count_include_pad={cip})")
 
 
-def _max_pool(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _max_pool_expr(g: _Gen, x: _Value) -> str | None:
     k = g.rng.choice((2, 3))
     s = g.rng.choice((1, 2))
     p = g.rng.choice((0, 1))
     d = g.rng.choice((1, 1, 2))
     ceil = g.rng.random() < 0.3
-    return g.try_step("max_pool2d", f"F.max_pool2d({x.name}, {k}, stride={s}, padding={p}, dilation={d}, ceil_mode={ceil})",
-                      exact=x.exact)
+    return f"F.max_pool2d({x.name}, {k}, stride={s}, padding={p}, dilation={d}, ceil_mode={ceil})"
 
 
-def _adaptive(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _adaptive_expr(g: _Gen, x: _Value) -> str | None:
     h, w = x.t.shape[-2:]
     size = g.rng.choice(((1, 1), (1, 1), (max(1, h // 2), max(1, w // 2)), (h, w), (min(h, 3), min(w, 2))))
-    return g.try_step("adaptive_avg_pool2d", f"F.adaptive_avg_pool2d({x.name}, {size})")
+    return f"F.adaptive_avg_pool2d({x.name}, {size})"
 
 
-def _batch_norm(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _batch_norm_expr(g: _Gen, x: _Value) -> str | None:
     c = x.t.shape[1]
     mean, var = g.const((c,), scale=0.2), g.const((c,), "rand", 1.0)
     w, b = g.const((c,), "rand", 1.0), g.const((c,), scale=0.2)
-    return g.try_step("batch_norm", f"F.batch_norm({x.name}, {mean}, {var}, {w}, {b}, False, 0.1, 1e-5)")
+    return f"F.batch_norm({x.name}, {mean}, {var}, {w}, {b}, False, 0.1, 1e-5)"
 
 
-def _layer_norm(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=2))
-    if x is None:
-        return False
+def _layer_norm_expr(g: _Gen, x: _Value) -> str | None:
     dims = tuple(x.t.shape[-g.rng.choice((1, 1, 2)):])
     affine = g.rng.random() < 0.7
     w = g.const(dims, "rand", 1.0) if affine else "None"
     b = g.const(dims, scale=0.2) if affine else "None"
-    return g.try_step("layer_norm", f"F.layer_norm({x.name}, {dims}, {w}, {b}, 1e-5)")
+    return f"F.layer_norm({x.name}, {dims}, {w}, {b}, 1e-5)"
 
 
-def _softmax(op: str) -> Proposer:
-    def propose(g: _Gen) -> bool:
-        x = g.pick(g.floats(min_rank=1))
-        if x is None:
-            return False
-        d = g.rng.randrange(-x.t.dim(), x.t.dim())
-        fn = "torch.softmax" if op == "softmax" else "torch.log_softmax"
-        return g.try_step(op, f"{fn}({x.name}, dim={d})")
+def _softmax_expr(op: str) -> Expr:
+    fn = "torch.softmax" if op == "softmax" else "torch.log_softmax"
 
-    return propose
+    def expr(g: _Gen, x: _Value) -> str:
+        return f"{fn}({x.name}, dim={g.rng.randrange(-x.t.dim(), x.t.dim())})"
+
+    return expr
 
 
-def _reduce(op: str) -> Proposer:
-    fn = {"reduce_sum": "torch.sum", "reduce_mean": "torch.mean", "reduce_max": "torch.amax", "reduce_min": "torch.amin"}[op]
+_REDUCE = {"reduce_sum": "torch.sum", "reduce_mean": "torch.mean", "reduce_max": "torch.amax", "reduce_min": "torch.amin"}
 
-    def propose(g: _Gen) -> bool:
-        x = g.pick(g.floats(min_rank=2))
-        if x is None:
-            return False
+
+def _reduce_expr(op: str) -> Expr:
+    def expr(g: _Gen, x: _Value) -> str:
         r = x.t.dim()
         dims = tuple(sorted(g.rng.sample(range(r), g.rng.choice((1, 1, 2)) if r > 1 else 1)))
-        keep = g.rng.random() < 0.5
-        exact = x.exact and op in ("reduce_max", "reduce_min")
-        return g.try_step(op, f"{fn}({x.name}, dim={list(dims)}, keepdim={keep})", exact=exact)
+        return f"{_REDUCE[op]}({x.name}, dim={list(dims)}, keepdim={g.rng.random() < 0.5})"
 
-    return propose
+    return expr
 
 
 def _argmax(g: _Gen) -> bool:
@@ -577,10 +562,7 @@ def _argmax(g: _Gen) -> bool:
     return g.try_step("cast", f"{g.steps[-1].name}.to(torch.float32)", exact=True)
 
 
-def _concat(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _concat_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     others = [v for v in g.floats(rank=x.t.dim()) if all(a == b for i, (a, b) in enumerate(zip(v.t.shape, x.t.shape)) if i != d)]
     parts = [x.name] + [v.name for v in g.rng.sample(others, min(len(others), g.rng.choice((1, 2))))]
@@ -588,7 +570,7 @@ def _concat(g: _Gen) -> bool:
         shape = list(x.t.shape)
         shape[d] = g.rng.choice((1, 2, 3))
         parts.append(g.const(tuple(shape), scale=0.5))
-    return g.try_step("concat", f"torch.cat([{', '.join(parts)}], dim={d})", exact=False)
+    return f"torch.cat([{', '.join(parts)}], dim={d})"
 
 
 def _embedding(g: _Gen) -> bool:
@@ -606,114 +588,80 @@ def _embedding(g: _Gen) -> bool:
     return g.try_step("embedding", f"F.embedding({idx}, {table})")
 
 
-def _index_select(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _index_select_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     n = x.t.shape[d]
     idx = g.const((g.rng.choice((1, 2, 3, 5)),), "index", high=n)
-    return g.try_step("index_select", f"torch.index_select({x.name}, {d}, {idx})", exact=x.exact)
+    return f"torch.index_select({x.name}, {d}, {idx})"
 
 
-def _expand(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None or 1 not in x.t.shape:
-        return False
+def _expand_expr(g: _Gen, x: _Value) -> str | None:
+    if 1 not in x.t.shape:
+        return None
     shape = [g.rng.choice((2, 3, 5)) if n == 1 else n for n in x.t.shape]
-    return g.try_step("expand", f"{x.name}.expand({shape})", exact=x.exact)
+    return f"{x.name}.expand({shape})"
 
 
-def _pad(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=2))
-    if x is None:
-        return False
+def _pad_expr(g: _Gen, x: _Value) -> str | None:
     k = g.rng.choice((2, 4))
     pads = tuple(g.rng.choice((0, 1, 2)) for _ in range(k))
     value = g.rng.choice((0.0, 0.0, -1.0))
-    return g.try_step("pad", f"F.pad({x.name}, {pads}, value={value})", exact=x.exact)
+    return f"F.pad({x.name}, {pads}, value={value})"
 
 
-def _permute(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=2))
-    if x is None:
-        return False
+def _permute_expr(g: _Gen, x: _Value) -> str | None:
     perm = list(range(x.t.dim()))
     g.rng.shuffle(perm)
-    return g.try_step("permute", f"{x.name}.permute({perm})", exact=x.exact)
+    return f"{x.name}.permute({perm})"
 
 
-def _reshape(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _reshape_expr(g: _Gen, x: _Value) -> str | None:
     n = x.t.numel()
     lead = x.t.shape[0]
     choices = [[n], [lead, n // lead], [1, n], [n, 1]]
-    return g.try_step("reshape", f"{x.name}.reshape({g.rng.choice(choices)})", exact=x.exact)
+    return f"{x.name}.reshape({g.rng.choice(choices)})"
 
 
-def _select(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=2))
-    if x is None:
-        return False
+def _select_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     i = g.rng.randrange(x.t.shape[d])
-    return g.try_step("select", f"{x.name}.select({d}, {i})", exact=x.exact)
+    return f"{x.name}.select({d}, {i})"
 
 
-def _slice(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _slice_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     n = x.t.shape[d]
     start = g.rng.randrange(n)
     end = g.rng.randrange(start + 1, n + 1)
     step = g.rng.choice((1, 1, 2, 3))
     idx = ", ".join([":"] * d + [f"{start}:{end}:{step}"])
-    return g.try_step("slice", f"{x.name}[{idx}]", exact=x.exact)
+    return f"{x.name}[{idx}]"
 
 
-def _upsample(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _upsample_expr(g: _Gen, x: _Value) -> str | None:
     f = g.rng.choice((2, 3))
-    return g.try_step("upsample_nearest2d", f"F.interpolate({x.name}, scale_factor={f}, mode='nearest')", exact=x.exact)
+    return f"F.interpolate({x.name}, scale_factor={f}, mode='nearest')"
 
 
-def _elu(g: _Gen) -> bool:
-    x = g.pick(g.floats())
-    if x is None:
-        return False
+def _elu_expr(g: _Gen, x: _Value) -> str | None:
     expr = g.rng.choice(("F.elu({x}, alpha={a})", "F.selu({x})", "F.celu({x}, alpha={a})"))
-    return g.try_step("elu", expr.format(x=x.name, a=g.rng.choice((0.5, 1.0, 1.5))))
+    return expr.format(x=x.name, a=g.rng.choice((0.5, 1.0, 1.5)))
 
 
-def _flip(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _flip_expr(g: _Gen, x: _Value) -> str | None:
     dims = sorted(g.rng.sample(range(x.t.dim()), g.rng.randint(1, x.t.dim())))
-    return g.try_step("flip", f"torch.flip({x.name}, {dims})", exact=x.exact)
+    return f"torch.flip({x.name}, {dims})"
 
 
-def _cumsum(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
-    return g.try_step("cumsum", f"torch.cumsum({x.name}, dim={g.rng.randrange(-x.t.dim(), x.t.dim())})")
+def _cumsum_expr(g: _Gen, x: _Value) -> str | None:
+    return f"torch.cumsum({x.name}, dim={g.rng.randrange(-x.t.dim(), x.t.dim())})"
 
 
-def _gather(g: _Gen) -> bool:
-    x = g.pick(g.floats(min_rank=1))
-    if x is None:
-        return False
+def _gather_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     shape = tuple(g.rng.randint(1, n) if i != d else g.rng.choice((1, 2, 3, 5)) for i, n in enumerate(x.t.shape))
     idx = g.const(shape, "index", high=x.t.shape[d])
-    return g.try_step("gather", f"torch.gather({x.name}, {d}, {idx})", exact=x.exact)
+    return f"torch.gather({x.name}, {d}, {idx})"
 
 
 def _group_norm(g: _Gen) -> bool:
@@ -731,22 +679,16 @@ def _group_norm(g: _Gen) -> bool:
                                     f"{g.const((c,), scale=0.2)}, 1e-5)")
 
 
-def _bilinear(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _bilinear_expr(g: _Gen, x: _Value) -> str | None:
     ac = g.rng.random() < 0.5
     if g.rng.random() < 0.5:
-        return g.try_step("upsample_bilinear2d", f"F.interpolate({x.name}, scale_factor={g.rng.choice((2, 3))}, "
-                                                 f"mode='bilinear', align_corners={ac})")
+        return (f"F.interpolate({x.name}, scale_factor={g.rng.choice((2, 3))}, "
+                f"mode='bilinear', align_corners={ac})")
     size = (g.rng.choice((1, 2, 5, 7)), g.rng.choice((1, 3, 4, 9)))
-    return g.try_step("upsample_bilinear2d", f"F.interpolate({x.name}, size={size}, mode='bilinear', align_corners={ac})")
+    return f"F.interpolate({x.name}, size={size}, mode='bilinear', align_corners={ac})"
 
 
-def _conv_transpose(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _conv_transpose_expr(g: _Gen, x: _Value) -> str | None:
     c = x.t.shape[1]
     groups = g.rng.choice([d for d in (1, 1, 2, c) if c % d == 0])
     out = g.rng.choice((1, 2, 3, 4))
@@ -757,61 +699,64 @@ def _conv_transpose(g: _Gen) -> bool:
     opad = g.rng.randrange(max(stride, dil)) if g.rng.random() < 0.3 else 0
     w = g.const((c, out, k, k), scale=round(1.0 / (c * k) ** 0.5, 4))
     b = g.const((out * groups,), scale=0.1) if g.rng.random() < 0.5 else "None"
-    return g.try_step("conv_transpose2d", f"F.conv_transpose2d({x.name}, {w}, {b}, stride={stride}, padding={pad}, "
-                                          f"output_padding={opad}, groups={groups}, dilation={dil})")
+    return (f"F.conv_transpose2d({x.name}, {w}, {b}, stride={stride}, padding={pad}, "
+            f"output_padding={opad}, groups={groups}, dilation={dil})")
 
 
-def _grid_sample(g: _Gen) -> bool:
-    x = g.pick(g.floats(rank=4))
-    if x is None:
-        return False
+def _grid_sample_expr(g: _Gen, x: _Value) -> str | None:
     n = x.t.shape[0]
     grid = g.const((n, g.rng.choice((1, 2, 3, 5)), g.rng.choice((1, 2, 4)), 2), scale=0.6)
     mode = g.rng.choice(("bilinear", "nearest"))
     pad = g.rng.choice(("zeros", "border", "reflection"))
-    return g.try_step("grid_sample", f"F.grid_sample({x.name}, {grid}, mode={mode!r}, padding_mode={pad!r}, "
-                                     f"align_corners={g.rng.random() < 0.5})")
+    return (f"F.grid_sample({x.name}, {grid}, mode={mode!r}, padding_mode={pad!r}, "
+            f"align_corners={g.rng.random() < 0.5})")
 
+
+# The ops on one float value, in the order the generator has always drawn them (a seed keeps
+# its graph).
+ONE_VALUE: dict[str, OneValue] = {
+    **{op: OneValue(lambda g, x, t=template: t.format(x=x.name), keeps_exact=keeps)
+       for op, (template, keeps) in _UNARY.items()},
+    "gelu": OneValue(_gelu_expr),
+    "clamp": OneValue(_clamp_expr, keeps_exact=True),
+    "conv2d": OneValue(_conv2d_expr, rank=4),
+    "linear": OneValue(_linear_expr, min_rank=1),
+    "matmul": OneValue(_matmul_expr, min_rank=2),
+    "avg_pool2d": OneValue(_avg_pool_expr, rank=4),
+    "max_pool2d": OneValue(_max_pool_expr, rank=4, keeps_exact=True),
+    "adaptive_avg_pool2d": OneValue(_adaptive_expr, rank=4),
+    "batch_norm": OneValue(_batch_norm_expr, rank=4),
+    "layer_norm": OneValue(_layer_norm_expr, min_rank=2),
+    "concat": OneValue(_concat_expr, min_rank=1),
+    "index_select": OneValue(_index_select_expr, min_rank=1, keeps_exact=True),
+    "expand": OneValue(_expand_expr, min_rank=1, keeps_exact=True),
+    "pad": OneValue(_pad_expr, min_rank=2, keeps_exact=True),
+    "permute": OneValue(_permute_expr, min_rank=2, keeps_exact=True),
+    "reshape": OneValue(_reshape_expr, min_rank=1, keeps_exact=True),
+    "select": OneValue(_select_expr, min_rank=2, keeps_exact=True),
+    "slice": OneValue(_slice_expr, min_rank=1, keeps_exact=True),
+    "upsample_nearest2d": OneValue(_upsample_expr, rank=4, keeps_exact=True),
+    "elu": OneValue(_elu_expr),
+    "flip": OneValue(_flip_expr, min_rank=1, keeps_exact=True),
+    "cumsum": OneValue(_cumsum_expr, min_rank=1),
+    "gather": OneValue(_gather_expr, min_rank=1, keeps_exact=True),
+    "upsample_bilinear2d": OneValue(_bilinear_expr, rank=4),
+    "conv_transpose2d": OneValue(_conv_transpose_expr, rank=4),
+    "grid_sample": OneValue(_grid_sample_expr, rank=4),
+    **{op: OneValue(_softmax_expr(op), min_rank=1) for op in ("softmax", "log_softmax")},
+    **{op: OneValue(_reduce_expr(op), min_rank=2, keeps_exact=op in ("reduce_max", "reduce_min")) for op in _REDUCE},
+}
 
 PROPOSERS: dict[str, Proposer] = {
-    **{op: _unary(op) for op in _UNARY},
-    "gelu": _gelu,
-    "clamp": _clamp,
+    **{op: _one_value(op, spec) for op, spec in ONE_VALUE.items()},
     **{op: _binary(op) for op in ("add", "sub", "mul", "div", "maximum", "minimum")},
     "scalar_binary": _scalar_binary,
     **{op: _compare(op) for op in _COMPARE},
     **{op: _logical(op) for op in ("logical_and", "logical_or", "logical_not")},
     "where": _where,
-    "conv2d": _conv2d,
-    "linear": _linear,
-    "matmul": _matmul,
-    "avg_pool2d": _avg_pool,
-    "max_pool2d": _max_pool,
-    "adaptive_avg_pool2d": _adaptive,
-    "batch_norm": _batch_norm,
-    "layer_norm": _layer_norm,
-    "softmax": _softmax("softmax"),
-    "log_softmax": _softmax("log_softmax"),
-    **{op: _reduce(op) for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")},
     "argmax": _argmax,
-    "concat": _concat,
     "embedding": _embedding,
-    "index_select": _index_select,
-    "expand": _expand,
-    "pad": _pad,
-    "permute": _permute,
-    "reshape": _reshape,
-    "select": _select,
-    "slice": _slice,
-    "upsample_nearest2d": _upsample,
-    "elu": _elu,
-    "flip": _flip,
-    "cumsum": _cumsum,
-    "gather": _gather,
     "group_norm": _group_norm,
-    "upsample_bilinear2d": _bilinear,
-    "conv_transpose2d": _conv_transpose,
-    "grid_sample": _grid_sample,
 }
 
 # Graph ops a PyTorch program does not produce directly: the quantized ops (the int8 path makes

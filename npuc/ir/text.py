@@ -32,7 +32,9 @@ from npuc.ir.types import DType, QuantParams, TensorType
 # ----------------------------------------------------------------------------------------- print
 
 
-def format_attr(v: Any) -> str:
+def format_scalar(v: Any) -> str | None:
+    """A scalar in the text form (none, true/false, ints, floats with nan and +-inf, JSON strings,
+    tensor types); ``None`` when ``v`` is not one.  The kernel IR's printer uses it too."""
     if v is None:
         return "none"
     if isinstance(v, bool):
@@ -47,10 +49,17 @@ def format_attr(v: Any) -> str:
         return repr(v)
     if isinstance(v, str):
         return json.dumps(v)
-    if isinstance(v, DType):
-        return v.value
     if isinstance(v, TensorType):
         return str(v)
+    return None
+
+
+def format_attr(v: Any) -> str:
+    if isinstance(v, DType):
+        return v.value
+    scalar = format_scalar(v)
+    if scalar is not None:
+        return scalar
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
     raise TypeError(f"cannot print attribute value {v!r}")

@@ -136,6 +136,8 @@ class UnOp(enum.IntEnum):
     rsqrt = 15
     reciprocal = 16
     sqrt = 17
+    log = 18
+    log1p = 19
 
     @property
     def float_only(self) -> bool:
@@ -160,7 +162,20 @@ _UNOP_COST = {
     UnOp.rsqrt: 4,
     UnOp.reciprocal: 4,
     UnOp.sqrt: 4,
+    UnOp.log: 5,
+    UnOp.log1p: 6,
 }
+
+
+class CmpOp(enum.IntEnum):
+    """Comparisons of ``VCMP`` (IEEE: every comparison with a NaN is false, except ``ne``)."""
+
+    eq = 0
+    ne = 1
+    lt = 2
+    le = 3
+    gt = 4
+    ge = 5
 
 
 class ReduceOp(enum.IntEnum):

@@ -160,6 +160,10 @@ def unary(op: UnOp, x: np.ndarray, imm0: float, imm1: float) -> np.ndarray:
                 return np.float32(1.0) / x
             case UnOp.sqrt:
                 return np.sqrt(x)
+            case UnOp.log:
+                return np.log(x)
+            case UnOp.log1p:
+                return np.log1p(x)
     raise ValueError(f"unknown unary op {op}")
 
 

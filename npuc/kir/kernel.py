@@ -179,6 +179,40 @@ class QBinaryAttrs:
     op: str
 
 
+@dataclass(frozen=True)
+class CompareAttrs:
+    """``compare``: ``op`` one of eq, ne, lt, le, gt, ge (the VCMP comparisons); the result is a
+    0/1 mask in the kernel's dtype, the NPU's form of a boolean."""
+
+    op: str
+
+
+def _grid_attrs() -> type:
+    from npuc.ir.ops.resample import GridSampleAttrs
+
+    return GridSampleAttrs
+
+
+@dataclass(frozen=True)
+class ChainAttrs:
+    """``fused_chain``: member kernels run depth-first in stripes of output rows (docs/kernels.md,
+    "Fused chains"; chosen by ``npuc.lower.cascade``).
+
+    ``members`` are the chain's kernels in execution order over whole tensors, as partition and
+    fusion made them; ``intermediates`` names the buffers that live only in scratchpad (each
+    written by one member, read only by later ones); ``stripe_rows`` is the height of a stripe
+    of the last member's output (the last stripe may be shorter); ``resident_weights`` keeps
+    every member's constants in scratchpad for the whole chain (else they are reloaded per
+    stripe).  The fused kernel's own inputs are every tensor of the members that is not an
+    intermediate, in first-use order.
+    """
+
+    stripe_rows: int
+    resident_weights: bool
+    intermediates: tuple[str, ...]
+    members: tuple[Kernel, ...] = ()
+
+
 def _conv_attrs() -> type:
     from npuc.ir.ops.linalg import Conv2dAttrs
 
@@ -216,4 +250,8 @@ KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
     KindDef("fill", FillAttrs),
     KindDef("qbinary", QBinaryAttrs, int8_requantizes=True),
     KindDef("lut"),
+    KindDef("compare", CompareAttrs),
+    KindDef("select"),
+    KindDef("grid_sample", _grid_attrs),
+    KindDef("fused_chain", ChainAttrs),  # its LKernel counts its members' MACs
 )}

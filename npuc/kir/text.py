@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 from npuc.errors import ParseError, VerifyError
 from npuc.ir.opdef import all_ops, get_op
+from npuc.ir.text import format_scalar
 from npuc.ir.types import DType as IRType
 from npuc.ir.types import TensorType
 from npuc.isa.enums import DType
@@ -71,27 +72,14 @@ def _graph_attr_names() -> dict[type, str]:
 
 def format_value(v: Any) -> str:
     """One attribute value in the text form (see the module docstring)."""
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
     if isinstance(v, enum.Enum):
         for prefix, cls in _ENUMS.items():
             if isinstance(v, cls):
                 return f"{prefix}.{v.name}"
         raise TypeError(f"cannot print enum value {v!r}")
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, TensorType):
-        return str(v)
+    scalar = format_scalar(v)
+    if scalar is not None:
+        return scalar
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(format_value(x) for x in v) + "]"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
@@ -138,8 +126,11 @@ def format_epilogue(e: EpilogueOp) -> str:
 def _kernel_body(k: Kernel) -> list[str]:
     lines = [f"in {format_tensor(t)}" for t in k.inputs]
     lines.append(f"out {format_tensor(k.output)}")
+    members = getattr(k.attrs, "members", ())
     if k.attrs is not None:
-        lines.append(f"attrs {format_value(k.attrs)}")
+        lines.append(f"attrs {format_value(dataclasses.replace(k.attrs, members=()) if members else k.attrs)}")
+    for m in members:  # a fused chain's member kernels, nested
+        lines += print_kernel(m).splitlines()
     if k.quant is not None:
         lines.append(f"quant {format_record(k.quant)}")
     lines += [format_epilogue(e) for e in k.epilogue]
@@ -366,9 +357,10 @@ def _kernel(t: _Tokens) -> Kernel | LKernel:
     attrs = quant = None
     epilogue: list[EpilogueOp] = []
     sources: tuple[str, ...] = ()
+    members: list[Kernel] = []
     while not t.accept("}"):
         kw_line = t.line()
-        kw = t.expect_kind("ident", "a kernel line (in, out, attrs, quant, epilogue, sources)")
+        kw = t.expect_kind("ident", "a kernel line (in, out, attrs, quant, epilogue, sources, kernel)")
         if kw == "in":
             inputs.append(_tensor(t))
         elif kw == "out":
@@ -381,10 +373,19 @@ def _kernel(t: _Tokens) -> Kernel | LKernel:
             epilogue.append(_epilogue(t))
         elif kw == "sources":
             sources = tuple(_value(t))
+        elif kw == "kernel":  # a member of a fused chain
+            t.i -= 1
+            members.append(_kernel(t))
         else:
             raise ParseError(f"line {kw_line}: unknown kernel line '{kw}'")
     if output is None:
         raise ParseError(f"line {line}: kernel '{name}' has no 'out' line")
+    if members:
+        if not dataclasses.is_dataclass(attrs) or "members" not in {f.name for f in dataclasses.fields(attrs)}:
+            raise ParseError(f"line {line}: kernel '{name}' nests kernels but its attrs take no members")
+        if any(isinstance(m, LKernel) for m in members):
+            raise ParseError(f"line {line}: a member of kernel '{name}' carries provenance (ops ... macs)")
+        attrs = dataclasses.replace(attrs, members=tuple(members))
     k = Kernel(name, kind, tuple(inputs), output, attrs, tuple(epilogue), dtype, sources, quant)
     if provenance is None:
         return k

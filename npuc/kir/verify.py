@@ -88,6 +88,10 @@ def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | Non
                 raise VerifyError(f"{where}: reads {t.name} before any kernel writes it (not a constant or input)")
     for e in k.epilogue:
         _check_epilogue(where, e, out)
+    for m in getattr(k.attrs, "members", ()):  # a fused chain: each member well formed on its own
+        if m.kind == k.kind or m.dtype != k.dtype:
+            raise VerifyError(f"{where}: member {m.name} is a {m.kind}[{m.dtype.name}] kernel in a {k.kind}[{k.dtype.name}]")
+        verify_kernel(m, sizes, None, constants)
 
 
 def _check_tensor(where: str, t: DramTensor, sizes: dict[str, int]) -> None:

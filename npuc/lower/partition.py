@@ -4,7 +4,7 @@ Every node is checked against the target, in program order:
 
 1. the precision (a float graph on a target without fp16 runs on the CPU);
 2. a lowering rule exists for the op (else a sentence from ``CPU_REASONS``), and its values are
-   float (the NPU holds a float model in fp16 only);
+   float or bool (the NPU holds a float model in fp16 only, booleans as 0/1 masks);
 3. the rule's kernels are implemented and each implementation's ``supports`` accepts them.
 
 A node that fails any check runs on the CPU with that reason.  NPU nodes form NPU segments
@@ -87,7 +87,7 @@ def static_reason(node: Node, precision: Precision, const_values: set[Value]) ->
     if precision.dtype is DType.int8:
         return None
     for v in list(node.inputs) + list(node.outputs):
-        if v not in const_values and not v.type.dtype.is_float:
+        if v not in const_values and not (v.type.dtype.is_float or v.type.dtype is IRType.bool):
             return f"{node.op} on {v.type.dtype.value} values: the NPU computes a float model in fp16 only"
     return None
 

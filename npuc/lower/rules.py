@@ -39,18 +39,11 @@ CPU_REASONS: dict[str, str] = {
     "index_select": "index_select: the NPU's DMA addresses are fixed at compile time, so a gather by "
                     "runtime indices needs the CPU",
     "argmax": "argmax returns int64 indices; the NPU has no 64-bit integers",
-    "where": "where selects by a boolean mask; the NPU has no boolean type",
-    "logical_not": "logical ops work on booleans; the NPU has no boolean type",
-    "logical_and": "logical ops work on booleans; the NPU has no boolean type",
-    "logical_or": "logical ops work on booleans; the NPU has no boolean type",
-    "log": "log: the vector unit computes no logarithm",
     "log_softmax": "log_softmax needs a logarithm, which the vector unit does not compute",
     "erf": "erf: the vector unit has no erf on its own (only inside gelu)",
     "sin": "sin: the vector unit computes no trigonometric functions",
     "cos": "cos: the vector unit computes no trigonometric functions",
 }
-for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
-    CPU_REASONS[_cmp] = f"{_cmp}: comparisons produce booleans; the NPU has no boolean type"
 
 
 def rule(*ops: str):
@@ -121,6 +114,9 @@ def lower_pow(ctx: LowerContext, node: Node):
 @rule("cast")
 def lower_cast(ctx: LowerContext, node: Node):
     x, y = node.inputs[0], node.outputs[0]
+    masks = lower_bool_cast(ctx, node)
+    if masks is not None:
+        return masks
     if not (x.type.dtype.is_float and y.type.dtype.is_float):
         return f"cast from {x.type.dtype.value} to {y.type.dtype.value}: the NPU holds only fp16 values of a float model"
     return single(views=((y, ctx.tensor(x)),))  # every float is fp16 on the NPU: a no-op
@@ -396,3 +392,4 @@ VIEW_OPS = ops_with(Trait.VIEW)
 # The quantized graph ops register their rules in their own module.
 import npuc.lower.rules_int8  # noqa: E402,F401
 import npuc.lower.rules_models  # noqa: E402,F401
+from npuc.lower.rules_masks import lower_bool_cast  # noqa: E402

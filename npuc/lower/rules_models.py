@@ -14,12 +14,13 @@ import math
 
 import torch
 
-from npuc.kir.kernel import EpilogueOp, LayerNormAttrs
+from npuc.kir.kernel import EpilogueOp, FillAttrs, LayerNormAttrs
+from npuc.kir.tensor import NHWC
 from npuc.ir.graph import Node
 from npuc.ir.ops.resample import linear_weights
 from npuc.lower.context import LowerContext
 from npuc.lower.layout import broadcast_to
-from npuc.lower.rules import rule, single
+from npuc.lower.rules import bias_epilogue, channels_last, rule, single
 
 
 @rule("elu")
@@ -162,3 +163,70 @@ def lower_cumsum(ctx: LowerContext, node: Node):
     upper = ctx.const_tensor(f"{y.name}.cumsum", torch.triu(torch.ones(n, n)), ".upper")
     bt = broadcast_to(upper, xt.shape[:-2] + (n, n))
     return single(ctx.kernel(node, "gemm", (xt, bt), yt))
+
+
+@rule("conv_transpose2d")
+def lower_conv_transpose(ctx: LowerContext, node: Node):
+    """A transposed convolution as a convolution over the zero-inserted input: ``x`` is copied
+    with a stride of ``stride`` into a zero-filled channels-last buffer with a border of
+    ``dilation * (k - 1) - padding`` (plus ``output_padding`` at the bottom and right; a negative
+    border crops), then a stride-1 ``conv2d`` with the flipped, transposed constant weights
+    (``w'[o, c, i, j] = w[c, o, kh-1-i, kw-1-j]`` per group) computes every output pixel.  The
+    array spends ``stride^2`` times the transposed convolution's MACs, on the zeros; a stride of
+    1 with an equal border needs no buffer (the conv pads)."""
+    from npuc.ir.ops.linalg import Conv2dAttrs
+
+    x, w = node.inputs[0], node.inputs[1]
+    b = node.inputs[2] if len(node.inputs) == 3 else None
+    y = node.outputs[0]
+    wc = ctx.const(w)
+    if wc is None:
+        return "conv_transpose2d with weights computed at run time: the NPU's convolutions take constant weights"
+    if b is not None and ctx.const(b) is None:
+        return "conv_transpose2d with a bias computed at run time"
+    a = node.attrs
+    n, c, h, wd = x.type.shape
+    _, og, kh, kw = w.type.shape
+    g = a.groups
+    flipped = (wc.reshape(g, c // g, og, kh, kw).transpose(1, 2).reshape(g * og, c // g, kh, kw).flip(-2, -1))
+    wt = ctx.const_tensor(ctx.const_of[w], flipped.contiguous(), "~convT")
+    lo = [a.dilation[i] * (k - 1) - a.padding[i] for i, k in enumerate((kh, kw))]
+    hi = [lo[i] + a.output_padding[i] for i in range(2)]
+    epi = bias_epilogue(ctx, b, y.type.shape, 1)
+    kind = "depthwise_conv2d" if g > 1 and g == c == g * og else "conv2d"
+
+    def conv(inp, padding):
+        return ctx.kernel(node, kind, (inp, wt), ctx.out(y), Conv2dAttrs((1, 1), tuple(padding), a.dilation, g), epi)
+
+    if a.stride == (1, 1) and lo == hi and min(lo) >= 0:
+        xt, pre = channels_last(ctx, node, ctx.tensor(x))
+        return single(*pre, conv(xt, lo))
+    oh, ow = y.type.shape[2:]
+    hp, wp = oh + a.dilation[0] * (kh - 1), ow + a.dilation[1] * (kw - 1)
+    buf = ctx.temp(f"{y.name}.zero_inserted", (n, c, hp, wp), NHWC)
+    fill = ctx.kernel(node, "fill", (), buf, FillAttrs(0.0), suffix=".zeros")
+    src, dst = ctx.tensor(x), buf
+    for d, (size, s, first) in enumerate(zip((h, wd), a.stride, lo), start=2):
+        i0 = max(0, -(-(-first) // s))  # first input row whose position first + i*s is >= 0
+        i1 = min(size, (dst.shape[d] - 1 - first) // s + 1)  # past the last one inside the buffer
+        if i1 <= i0:
+            return single(fill, conv(buf, (0, 0)))
+        src = src.slice(d, i0, i1)
+        dst = dst.slice(d, first + i0 * s, first + (i1 - 1) * s + 1, s)
+    copy = ctx.kernel(node, "copy", (src,), dst, suffix=".insert")
+    return single(fill, copy, conv(buf, (0, 0)))
+
+
+@rule("grid_sample")
+def lower_grid_sample(ctx: LowerContext, node: Node):
+    """``grid_sample`` as one ``grid_sample`` kernel (VGATHER of the image's channels-last rows
+    by the computed corner indices, docs/kernels.md); x is copied channels-last first when it
+    is not.  Reflection padding and bicubic sampling stay on the CPU."""
+    a = node.attrs
+    if a.mode not in ("bilinear", "nearest"):
+        return f"grid_sample mode {a.mode!r}: the NPU samples bilinear or nearest only"
+    if a.padding_mode not in ("zeros", "border"):
+        return f"grid_sample padding_mode {a.padding_mode!r}: the NPU pads with zeros or the border only"
+    x, grid = node.inputs
+    xt, pre = channels_last(ctx, node, ctx.tensor(x))
+    return single(*pre, ctx.kernel(node, "grid_sample", (xt, ctx.tensor(grid)), ctx.out(node.outputs[0]), a))

@@ -102,6 +102,8 @@ LUT_OPS = {
     aten.tanh_.default: "tanh", aten.hardswish.default: "hardswish", aten.hardswish_.default: "hardswish",
     aten.hardsigmoid.default: "hardsigmoid", aten.hardsigmoid_.default: "hardsigmoid",
     aten.silu.default: "silu", aten.silu_.default: "silu", aten.gelu.default: "gelu",
+    aten.elu.default: "elu", aten.elu_.default: "elu", aten.selu.default: "elu", aten.celu.default: "elu",
+    aten.expm1.default: "expm1", aten.log1p.default: "log1p", aten.log.default: "log",
 }
 AVERAGE_OPS = {
     aten.avg_pool2d.default: "avg_pool2d", aten.adaptive_avg_pool2d.default: "adaptive_avg_pool2d",
@@ -115,7 +117,7 @@ SHARING_OPS = {
     aten.select.int: "select", aten.slice.Tensor: "slice", aten.contiguous.default: "reshape",
     aten.clone.default: "reshape", aten.dropout.default: "reshape", aten.expand.default: "expand",
     aten.upsample_nearest2d.vec: "upsample_nearest2d", aten.pad.default: "pad",
-    aten.constant_pad_nd.default: "pad",
+    aten.constant_pad_nd.default: "pad", aten.flip.default: "flip",
 }
 CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
 # Batch norms left in the graph for quantization-aware training (folded by convert_pt2e).

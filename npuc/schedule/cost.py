@@ -8,7 +8,8 @@ cycles), which compute-queue instructions run (weight loads hidden behind the pr
 vector work with its latency, zero borders), and when each output tile is stored.  A small
 four-timeline model (load queue, compute queue for the array, vector queue for zero borders and
 epilogues, store queue, with buffer reuse as the only synchronisation) gives the overlap that
-double buffering buys; the DRAM port, shared by loads and stores, bounds the total from below.
+double buffering buys; the DRAM port is shared by loads and stores: a transfer takes it at the
+first free stretch from when its queue asks.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, steps
-from npuc.schedule.transfers import input_loads, operand_load, output_store, quant_loads, weight_loads
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
+from npuc.schedule.transfers import BandState, Rows, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -173,6 +174,46 @@ class _Pool:
         return slot, False
 
 
+class _Port:
+    """The DRAM port, shared by the load and store queues: each transfer takes it for its busy
+    cycles at the first free stretch from when its queue asks (the simulator serves requests in
+    the order they are made)."""
+
+    def __init__(self) -> None:
+        self.busy: list[list[int]] = []  # disjoint [start, end) stretches, in order
+        self.floor = 0  # no queue asks before this any more
+
+    def take(self, at: int, cycles: int) -> int:
+        """When a transfer asked for at ``at`` starts."""
+        b = self.busy
+        i = len(b)
+        while i > 0 and b[i - 1][1] > at:  # back to the last stretch that ends by ``at``
+            i -= 1
+        start = at
+        while i < len(b) and b[i][0] < start + cycles:
+            start = max(start, b[i][1])
+            i += 1
+        b.insert(i, [start, start + cycles])
+        self._merge(i)
+        return start
+
+    def _merge(self, i: int) -> None:
+        b = self.busy
+        if i + 1 < len(b) and b[i][1] == b[i + 1][0]:
+            b[i][1] = b.pop(i + 1)[1]
+        if i > 0 and b[i - 1][1] == b[i][0]:
+            b[i - 1][1] = b.pop(i)[1]
+
+    def forget_before(self, t: int) -> None:
+        """Drop the stretches that end before ``t`` (no transfer asks earlier)."""
+        b = self.busy
+        k = 0
+        while k < len(b) - 1 and b[k][1] <= t:
+            k += 1
+        if k:
+            del b[:k]
+
+
 class _Costs:
     """Per-estimate memo of what a step's transfers and compute cost, keyed by tile class."""
 
@@ -185,22 +226,25 @@ class _Costs:
         """(busy, latency) of each DMA."""
         return tuple(self.table.time(op, f) for op, f in instrs)
 
-    def input(self, s: Step) -> tuple[tuple, int, int, tuple[tuple[int, int], ...]]:
-        """(border signature, zero-fill cycles, fill count, DMA times) of the step's input tile."""
+    def input(self, s: Step, state: BandState | None, same: bool) -> tuple[int, int, tuple[tuple[int, int], ...], Rows, BandState]:
+        """(zero-fill cycles, fill count, DMA times, local rows written, the buffer's state
+        afterwards) of the step's input band (see ``band_loads``)."""
         p = self.p
-        key = ("x", s.th, s.tw, s.tc, p.y.valid(s.oy0, s.th) if not self.t.unfold else s.oy0, p.x.valid(s.ox0, s.tw))
+        band = s.oy0 if self.t.unfold else (p.y.valid(s.y0, s.bh), s.bh, s.x_rows(p))
+        key = ("x", s.th, s.tw, s.tc, band, p.x.valid(s.ox0, s.tw), state, same)
         hit = self.memo.get(key)
         if hit is None:
-            sig, fills, loads = input_loads(p, self.t, s)
+            fills, loads, rows, after = band_loads(p, self.t, s, state, same)
             fill = sum(sum(self.table.time(op, f)) for op, f in fills)
-            hit = self.memo[key] = (sig, fill, len(fills), self.dmas(loads))
+            hit = self.memo[key] = (fill, len(fills), self.dmas(loads), rows, after)
         return hit
 
-    def weights(self, s: Step) -> tuple[tuple[int, int], ...]:
-        key = ("w", s.tn, s.tc)
+    def weights(self, s: Step, planes: bool = False) -> tuple[tuple[int, int], ...]:
+        key = ("w", self.t.weight_cols(self.p), s.tc, planes)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self.dmas(weight_loads(self.p, self.t, s))
+            loads = weight_loads(self.p, self.t, s)
+            hit = self.memo[key] = self.dmas(by_planes(loads) if planes else loads)
         return hit
 
     def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:
@@ -264,19 +308,26 @@ class _Walk:
         self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
-        self.x_sig: dict[int, tuple] = {}
+        self.x_state: dict[int, BandState] = {}
+        self.w_loaded = False
+        self.x_reads: dict[int, dict[int, int]] = {}  # per input buffer: local row -> last reader's end
         self.out_free = [0, 0]
         self.out_slot = 0
         self.acc_free = [0] * t.acc_slots  # when the epilogue last reading each accumulator tile ends
         self.acc_slot = 0
         self.t_load = self.t_comp = self.t_vec = self.t_store = 0  # when each queue is next free
+        self.dram = _Port()
+        self.pending: tuple[int, int, int, int] | None = None  # a store not yet given the port
         self.port = self.array = self.compute = self.instrs = 0
 
     def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:
         """Issue loads on the load queue once their buffer is free; when the last completes."""
         ready = 0
         for busy, lat in loads:
-            self.t_load = max(self.t_load, slot_free) + busy
+            at = max(self.t_load, slot_free)
+            if self.pending is not None and self.pending[0] <= at:
+                self._commit_store()  # asked for the port before this load
+            self.t_load = self.dram.take(at, busy) + busy
             ready = max(ready, self.t_load + lat)
             self.port += busy
         self.instrs += len(loads)
@@ -286,27 +337,37 @@ class _Walk:
         p, costs = self.p, self.costs
         ready = fill = 0
         x_slot, hit = self.xp.get(s.x_key(p))
-        if not hit:
-            sig, fill_cycles, nfill, loads = costs.input(s)
-            ready = self._dma(loads, self.xp.free_at[x_slot])
-            if self.x_sig.get(x_slot) != sig:
-                self.x_sig[x_slot] = sig
-                fill = fill_cycles
-                self.instrs += nfill
-                if nfill:  # the zero border, on the vector queue once the buffer's last reader is done
-                    self.t_vec = max(self.t_vec, self.xp.free_at[x_slot]) + fill
-                    ready = max(ready, self.t_vec)
-        w_slot, hit = self.wp.get(s.w_key(p))
-        if not hit:
+        fill, nfill, loads, (lo, hi), self.x_state[x_slot] = costs.input(s, self.x_state.get(x_slot), hit)
+        reads = self.x_reads.setdefault(x_slot, {})
+        free = max((reads.get(r, 0) for r in range(lo, hi)), default=0)  # the rows' last readers
+        if loads:
+            ready = self._dma(loads, free)
+        if nfill:  # the border of the rows added, on the vector queue
+            self.instrs += nfill
+            self.t_vec = max(self.t_vec, free) + fill
+            ready = max(ready, self.t_vec)
+        w_slot, hit = self.wp.get(s.w_key(p, self.t))
+        w_last = tail = 0
+        if not hit and not self.w_loaded:  # the first block by planes: the array starts on the first
+            pieces = costs.weights(s, planes=True)
+            ready = max(ready, self._dma(pieces[:1], self.wp.free_at[w_slot]))
+            w_last = self._dma(pieces[1:], self.wp.free_at[w_slot])
+            self.w_loaded = True
+        elif not hit:
             ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
         mm, count = costs.compute(s)
+        if w_last:  # the chunks of the last plane run after it arrives
+            tail = w_last + mm // max(1, len(costs.weights(s, planes=True)))
         self.instrs += count if self.t.dataflow is Dataflow.output_stationary else 2 * count
         self.array += mm
         self.compute += fill + mm
         if s.first:  # a new output tile: its accumulator tile must be free of the last epilogue
             ready = max(ready, self.acc_free[self.acc_slot])
-        self.t_comp = max(self.t_comp, ready) + mm
+        self.t_comp = max(self.t_comp + mm, ready + mm, tail)
         self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
+        r0, r1 = s.x_rows(p)
+        for r in range(r0, r1):
+            reads[r] = self.t_comp
         if s.last:
             self._finish(s)
 
@@ -331,6 +392,7 @@ class _Walk:
         self.instrs += 1 + len(self.p.epilogue)
         # the epilogue reads the accumulators once the last product has drained out of the array
         done = self.t_comp + self.costs.drain(s)
+        self._commit_store()
         self.t_vec = max(self.t_vec, done, self.out_free[self.out_slot], op_ready) + epi
         self.compute += epi
         for pool, slot in used:
@@ -338,11 +400,20 @@ class _Walk:
         self.acc_free[self.acc_slot] = self.t_vec
         self.acc_slot = (self.acc_slot + 1) % len(self.acc_free)
         busy, lat = costs.store(s)
-        self.t_store = max(self.t_store, self.t_vec) + busy
-        self.out_free[self.out_slot] = self.t_store + lat
+        # the store gets the port after the loads the walk meets later but that ask before it
+        self.pending = (max(self.t_store, self.t_vec), busy, lat, self.out_slot)
         self.out_slot ^= 1
         self.port += busy
         self.instrs += 1
+
+    def _commit_store(self) -> None:
+        if self.pending is None:
+            return
+        at, busy, lat, slot = self.pending
+        self.pending = None
+        self.t_store = self.dram.take(at, busy) + busy
+        self.dram.forget_before(min(self.t_load, self.t_store))
+        self.out_free[slot] = self.t_store + lat
 
 
 def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
@@ -351,6 +422,7 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
     w = _Walk(target, p, t)
     for s in steps(p, t):
         w.step(s)
+    w._commit_store()
     lat = target.dma.latency_cycles
     total = max(w.t_comp, w.t_vec, w.t_store + lat, w.port + 2 * lat)
     fp = footprint(p, t)
@@ -358,51 +430,54 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
                     fp.spad(t), fp.acc)
 
 
-def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> int:
-    """A walk-free estimate for ranking candidates: loads counted per tile class from the loop
-    order and buffer counts, compute summed per class, total = the larger of compute and DMA
-    plus the first tile's load."""
+def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int, int]:
+    """A walk-free estimate for ranking candidates, (cycles, DRAM port cycles): loads counted per
+    input band and weight block from the loop order and buffer counts, compute summed per tile
+    class, total = the larger of compute and DMA plus the first tile's load."""
     costs = _Costs(target, p, t)
-    ys, xs, ns, cs = blocks(p.y.out, t.th), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
-    S, NB, CB = len(ys) * len(xs), len(ns), len(cs)
+    rts, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    bands = blocks(p.y.out, t.band_rows)
+    S, NB, CB = len(bands) * len(xs), len(ns), len(cs)
+    WB = 1 if t.wide_weights else NB  # weight blocks per reduction block
+    T = len(rts) * len(xs)  # output tiles per channel block
     xb = len(set(p.x_addrs)) if t.x_slots >= S * CB else p.batches
-    wb = len(set(p.w_addrs)) if t.w_slots >= NB * CB else p.batches
+    wb = len(set(p.w_addrs)) if t.w_slots >= WB * CB else p.batches
     if t.order == "m_outer":
         x_loads = S * CB if (CB == 1 or t.x_slots >= CB) else S * NB * CB
-        w_loads = NB * CB if t.w_slots >= NB * CB else S * NB * CB
+        w_loads = WB * CB if t.w_slots >= WB * CB else T * NB * CB
     else:
         x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
-        w_loads = NB * CB if (CB == 1 or t.w_slots >= CB) else S * NB * CB
-    comp = epi = 0
-    store = 0
-    oy0, ox0 = ys[len(ys) // 2][0], xs[len(xs) // 2][0]
-    for th in {b[1]: None for b in ys}:
-        ny = sum(1 for b in ys if b[1] == th)
-        for tw in {b[1]: None for b in xs}:
-            nx = sum(1 for b in xs if b[1] == tw)
-            for tn in {b[1]: None for b in ns}:
-                nn = sum(1 for b in ns if b[1] == tn)
-                for tc in {b[1]: None for b in cs}:
-                    nc = sum(1 for b in cs if b[1] == tc)
-                    s = Step(0, oy0, th, ox0, tw, 0, tn, 0, tc, True, True)
+        w_loads = WB * CB if (CB == 1 or t.w_slots >= WB * CB) else T * NB * CB
+    comp = epi = store = 0
+    ox0 = xs[len(xs) // 2][0]
+    ths = Counter(r.th for r in rts)
+    for th, ny in sorted(ths.items()):
+        r = next(r for r in rts if r.th == th)
+        for tw, nx in sorted(Counter(b[1] for b in xs).items()):
+            for tn, nn in sorted(Counter(b[1] for b in ns).items()):
+                for tc, nc in sorted(Counter(b[1] for b in cs).items()):
+                    s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, tc, True, True, r.y0, r.bh)
                     comp += ny * nx * nn * nc * costs.compute(s)[0]
-                s = Step(0, oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True)
+                s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True, r.y0, r.bh)
                 epi += ny * nx * nn * costs.epilogue(s)
                 store += ny * nx * nn * (costs.store(s)[0] + sum(costs.operand(i, o, s)[0] for i, o in enumerate(p.operands) if o is not None and not o.spatial_broadcast))
-    s0 = Step(0, oy0, ys[0][1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True)
-    x_one = sum(b for b, _ in costs.input(s0)[3])
-    w_one = sum(b for b, _ in costs.weights(s0))
+    mid = bands[len(bands) // 2]
+    whole = Step(0, mid[0], mid[1], ox0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True, mid[0], mid[1])
+    x_one = sum(b for b, _ in costs.input(whole, None, False)[2])  # one whole band
+    first = Step(0, 0, rts[0].th, 0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True, 0, rts[0].bh)
+    x_first = sum(b for b, _ in costs.input(first, None, False)[2])  # the first tile's rows
+    w_one = sum(b for b, _ in costs.weights(first))
     dma = p.batches * store + xb * x_loads * x_one + wb * w_loads * w_one
     # one accumulator tile: the array waits for every epilogue; two: the two queues overlap
     work = comp + epi if t.acc_slots == 1 else max(comp, epi)
-    return max(p.batches * work, dma) + x_one + w_one + 2 * target.dma.latency_cycles
+    return max(p.batches * work, dma) + x_first + w_one + 2 * target.dma.latency_cycles, dma
 
 
-def lower_bound(target: Target, p: ArrayProblem) -> int:
-    """max(MACs / processing elements, compulsory DRAM bytes / bandwidth): what no schedule beats."""
+def compulsory_bytes(p: ArrayProblem) -> int:
+    """DRAM bytes no schedule avoids: every distinct input, weight, epilogue operand and (int8)
+    bias and REQUANT record block read once, the output written once."""
     es = p.es
-    macs = p.macs
-    compulsory = (
+    total = (
         len(set(p.x_addrs)) * p.y.size * p.x.size * p.c
         + len(set(p.w_addrs)) * p.y.kernel * p.x.kernel * p.c * p.n
         + p.batches * p.y.out * p.x.out * p.n
@@ -411,5 +486,12 @@ def lower_bound(target: Target, p: ArrayProblem) -> int:
         if o is not None:
             rows = 1 if o.spatial_broadcast else p.y.out * p.x.out
             cols = 1 if o.channel_broadcast else p.n
-            compulsory += len(set(o.addrs)) * rows * cols * es
-    return max(-(-macs // target.peak_macs_per_cycle), -(-compulsory // target.dma.bytes_per_cycle))
+            total += len(set(o.addrs)) * rows * cols * es
+    if p.quant is not None:  # int32 bias [n] and records [n][2]
+        total += len(set(p.quant.bias_addrs)) * p.n * 4 + len(set(p.quant.records_addrs)) * p.n * 8
+    return total
+
+
+def lower_bound(target: Target, p: ArrayProblem) -> int:
+    """max(MACs / processing elements, compulsory DRAM bytes / bandwidth): what no schedule beats."""
+    return max(-(-p.macs // target.peak_macs_per_cycle), -(-compulsory_bytes(p) // target.dma.bytes_per_cycle))

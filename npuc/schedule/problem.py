@@ -10,9 +10,12 @@ model (``npuc.schedule.cost``) walk, so the two agree on what is loaded, compute
 
 Scratchpad layouts (element size ``es``):
 
-* input tile: ``[rows][cols][slot]``: ``slot`` = the tile's channels (``tc``), or, when rows are
+* input band: ``[rows][cols][slot]``: ``slot`` = the tile's channels (``tc``), or, when rows are
   *unfolded*, ``kh`` x ``tc`` (pixel (r, x) holds input row ``(oy0 + r) * sy + ky * dy`` for
-  every ky), so that a whole window is one contiguous run of ``kw * kh * tc`` elements;
+  every ky), so that a whole window is one contiguous run of ``kw * kh * tc`` elements.  A band
+  holds the input rows of ``ArrayTiling.band`` output rows (several output tiles): its rows are
+  loaded as the tiles first need them, so the rows that neighbouring tiles share (the halo) and
+  the band itself are read from DRAM once for every output-channel tile and every row tile;
 * weight block: ``[krow][tn]`` (k-major) or ``[n][krows]`` (n-major, for a weight stored with its
   reduction dimension contiguous, e.g. a linear layer's ``[N, K]``); krow runs over (ky, kx, c),
   or (kx, ky, c) for unfolded rows;
@@ -183,7 +186,12 @@ class ArrayTiling:
     weight-stationary (LOAD_WEIGHTS + MATMUL per reduction chunk) or output-stationary (one MATMUL_OS per rows x cols block of
     the output tile over the whole reduction block: for 1x1 windows, see :func:`can_os`);
     ``acc_slots`` the accumulator tiles (2: the vector queue turns one into the result while the
-    array fills the other; 1: the array waits for the epilogue of every tile).
+    array fills the other; 1: the array waits for the epilogue of every tile); ``band`` the
+    output rows whose input one buffer holds (0: ``th``, one tile; more: the input band of
+    several row tiles, loaded row by row as they need it; unfolded rows use 0);
+    ``wide_weights`` a weight block holding every output channel of its reduction block (the
+    channel tiles read their columns from it), so that its DRAM rows are whole runs of
+    ``n`` elements instead of ``tn``-element pieces (for k-major weights that stay resident).
     """
 
     th: int
@@ -196,9 +204,24 @@ class ArrayTiling:
     w_slots: int = 2
     dataflow: Dataflow = Dataflow.weight_stationary
     acc_slots: int = 1
+    band: int = 0
+    wide_weights: bool = False
+
+    def weight_cols(self, p: "ArrayProblem") -> int:
+        """Output channels of one weight block: ``tn``, or every channel (``wide_weights``)."""
+        return p.n if self.wide_weights else self.tn
+
+    @property
+    def band_rows(self) -> int:
+        """Output rows of one input band (unfolded rows: one tile)."""
+        return self.th if self.unfold else max(self.band, self.th)
 
     def __str__(self) -> str:
         extra = " unfold" if self.unfold else ""
+        if self.band_rows > self.th:
+            extra += f" band {self.band_rows}"
+        if self.wide_weights:
+            extra += " wide-w"
         return (
             f"{self.dataflow.short} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots} acc-bufs {self.acc_slots}"
@@ -208,7 +231,8 @@ class ArrayTiling:
 class Step(NamedTuple):
     """One iteration of the loop nest: batch ``b``, output tile rows [oy0, oy0+th), columns
     [ox0, ox0+tw), channels [n0, n0+tn), reduction block [c0, c0+tc); ``first``/``last``
-    reduction block of its output tile."""
+    reduction block of its output tile; the tile lies in the input band of output rows
+    [y0, y0+bh)."""
 
     b: int
     oy0: int
@@ -221,17 +245,30 @@ class Step(NamedTuple):
     tc: int
     first: bool
     last: bool
+    y0: int
+    bh: int
 
     @property
     def m(self) -> int:
         return self.th * self.tw
 
     def x_key(self, p: ArrayProblem) -> tuple[int, ...]:
-        """What identifies the input tile (equal keys: same bytes, no reload)."""
-        return (p.x_addrs[self.b], self.oy0, self.th, self.ox0, self.tw, self.c0, self.tc)
+        """What identifies the input band (equal keys: same bytes, no reload)."""
+        return (p.x_addrs[self.b], self.y0, self.bh, self.ox0, self.tw, self.c0, self.tc)
 
-    def w_key(self, p: ArrayProblem) -> tuple[int, ...]:
+    def x_rows(self, p: ArrayProblem) -> tuple[int, int]:
+        """Local rows [lo, hi) of the band that this step's tile reads."""
+        lo = (self.oy0 - self.y0) * p.y.out_step
+        return lo, lo + p.y.span(self.th)
+
+    def w_key(self, p: ArrayProblem, t: ArrayTiling | None = None) -> tuple[int, ...]:
+        if t is not None and t.wide_weights:
+            return (p.w_addrs[self.b], 0, p.n, self.c0, self.tc)
         return (p.w_addrs[self.b], self.n0, self.tn, self.c0, self.tc)
+
+    def w_col(self, t: ArrayTiling) -> int:
+        """Column of the step's first output channel in its weight block."""
+        return self.n0 if t.wide_weights else 0
 
 
 def blocks(total: int, size: int) -> list[tuple[int, int]]:
@@ -239,23 +276,37 @@ def blocks(total: int, size: int) -> list[tuple[int, int]]:
     return [(s, min(size, total - s)) for s in range(0, total, size)]
 
 
+class RowTile(NamedTuple):
+    """Output rows [oy0, oy0+th) of a tile in the band of output rows [y0, y0+bh)."""
+
+    y0: int
+    bh: int
+    oy0: int
+    th: int
+
+
+def row_tiles(p: ArrayProblem, t: ArrayTiling) -> list[RowTile]:
+    """The output-row tiles in order: bands of ``t.band_rows`` rows cut in tiles of ``t.th``."""
+    return [RowTile(y0, bh, y0 + o, th) for y0, bh in blocks(p.y.out, t.band_rows) for o, th in blocks(bh, t.th)]
+
+
 def steps(p: ArrayProblem, t: ArrayTiling) -> Iterator[Step]:
     """The loop nest in program order."""
-    ys, xs, ns, cs = blocks(p.y.out, t.th), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    ys, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
     last_c = len(cs) - 1
     for b in range(p.batches):
         if t.order == "m_outer":
             nest = ((yb, xb, nb) for yb in ys for xb in xs for nb in ns)
         else:
             nest = ((yb, xb, nb) for nb in ns for yb in ys for xb in xs)
-        for (oy0, th), (ox0, tw), (n0, tn) in nest:
+        for r, (ox0, tw), (n0, tn) in nest:
             for i, (c0, tc) in enumerate(cs):
-                yield Step(b, oy0, th, ox0, tw, n0, tn, c0, tc, i == 0, i == last_c)
+                yield Step(b, r.oy0, r.th, ox0, tw, n0, tn, c0, tc, i == 0, i == last_c, r.y0, r.bh)
 
 
 def step_count(p: ArrayProblem, t: ArrayTiling) -> int:
     return (
-        p.batches * math.ceil(p.y.out / t.th) * math.ceil(p.x.out / t.tw)
+        p.batches * len(row_tiles(p, t)) * math.ceil(p.x.out / t.tw)
         * math.ceil(p.n / t.tn) * math.ceil(p.c / t.tc)
     )
 
@@ -291,13 +342,13 @@ class InputGeometry:
 
 
 def input_geometry(p: ArrayProblem, t: ArrayTiling, tc: int | None = None) -> InputGeometry:
-    """Layout of input tiles holding ``tc`` channels (default: the tiling's block); a narrower
+    """Layout of input bands holding ``tc`` channels (default: the tiling's block); a narrower
     last reduction block packs its pixels tighter in the same buffer."""
     tc = t.tc if tc is None else tc
     cols = p.x.span(t.tw)
     if t.unfold:
         return InputGeometry(t.th, cols, p.y.kernel * tc)
-    return InputGeometry(p.y.span(t.th), cols, tc)
+    return InputGeometry(p.y.span(t.band_rows), cols, tc)
 
 
 def can_unfold(p: ArrayProblem) -> bool:
@@ -375,7 +426,7 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     es = p.es
     m = t.th * t.tw
     x_slot = _align(input_geometry(p, t).elems * es)
-    w_slot = _align(weight_rows(p, t.tc) * t.tn * es)
+    w_slot = _align(weight_rows(p, t.tc) * t.weight_cols(p) * es)
     out_slot = _align(m * t.tn * es)
     ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place

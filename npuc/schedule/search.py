@@ -3,12 +3,17 @@
 Candidates come from a heuristic seed (the largest output tile the accumulator holds, every
 reduction channel at once, every weight block resident when the scratchpad allows) widened by a
 sweep over output-channel widths, tile shapes, reduction blocks, the unfolded-row layout and the
-loop order.  The cheapest one that fits the scratchpad and the accumulator wins; ties go to the
-smaller footprint, then to the candidate's text, so the choice is deterministic.
+loop order, and input bands of several row tiles.  Of the candidates that fit the scratchpad and
+the accumulator, the fastest by the walk-free estimate and the leanest in DRAM traffic among the
+nearly fastest are costed by the full model; among those within ``CYCLE_SLACK`` of the fastest,
+the fewest DRAM bytes win (when they save at least ``LEAN_GAIN`` of the fastest one's bytes,
+else the fastest does), then the fewer cycles, the smaller footprint and the candidate's text,
+so the choice is deterministic.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -20,6 +25,12 @@ from npuc.targets import Target
 
 MAX_CANDIDATES = 600
 WALKED = 6
+# Among tilings within this fraction of the fastest, the one that moves the fewest DRAM bytes
+# wins (off-chip traffic is most of an edge NPU's energy).
+CYCLE_SLACK = 0.01
+# ... provided it saves at least this fraction of the fastest one's bytes (a smaller saving is
+# not worth the model's error on the cycles).
+LEAN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,7 @@ def _halvings(total: int, limit: int) -> list[int]:
 
 def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1) -> list[tuple[int, int]]:
     """(th, tw) output tiles of which ``acc_slots`` accumulator tiles fit for ``tn`` channels."""
-    m_cap = target.accumulator.size_bytes // (acc_slots * tn * 4 + 64 * (acc_slots - 1))
+    m_cap = (target.accumulator.size_bytes - 64 * (acc_slots - 1)) // (acc_slots * tn * 4)  # slots 64-byte aligned
     if m_cap < 1:
         return []
     tws = [p.x.out] if p.x.out <= m_cap else _halvings(p.x.out, m_cap)[:2]
@@ -79,26 +90,54 @@ def _widths(target: Target, p: ArrayProblem) -> list[int]:
 
 
 def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
-    """Input channels per reduction block: all of them, and up to four smaller blocks
-    (multiples of the array's rows)."""
-    return [p.c] + [c for c in reversed(_multiples(target.array.rows, p.c)) if c < p.c][:4]
+    """Input channels per reduction block: all of them, and up to four smaller blocks, multiples
+    of the array's rows and of a DRAM burst's elements (a pixel's channels of a block are one
+    run: shorter than a burst, the rest of the burst is moved for nothing)."""
+    unit = math.lcm(target.array.rows, max(1, target.dma.burst_bytes // p.es))
+    return [p.c] + [c for c in reversed(_multiples(unit, p.c)) if c < p.c][:4]
+
+
+def _bands(p: ArrayProblem, th: int, tc: int, unfold: bool) -> list[tuple[int, int]]:
+    """(band, input buffers) options for row tiles of ``th``: one tile per band (double
+    buffered), and when there are several row tiles, the whole height or half of it as one
+    band, with two buffers or one for each reduction block (a band loads its rows as its tiles
+    need them, so one buffer does not stall the array: the next band's first rows go where the
+    last band's first tiles read; fewer buffers than reduction blocks would reload every band
+    for every block)."""
+    out = [(0, 2)]
+    if unfold or p.y.out <= th:
+        return out
+    cb = len(blocks(p.c, tc))
+    for band in sorted({p.y.out, math.ceil(p.y.out / 2)}, reverse=True):
+        if band > th:
+            out += [(band, 2 * cb), (band, cb)]
+    return out
 
 
 def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
-    """Candidate tilings, before the fit check (deterministic order)."""
+    """Candidate tilings, before the fit check (deterministic order).  Past ``MAX_CANDIDATES``
+    the sweep is cut evenly across reduction blocks (their lists are interleaved), so that no
+    block size is dropped whole."""
     unfolds = [False, True] if can_unfold(p) else [False]
     flows = [f for f in Dataflow if target.supports_dataflow(f) and (f is Dataflow.weight_stationary or can_os(p))]
-    out: list[ArrayTiling] = []
+    per_block: list[list[ArrayTiling]] = []
     for tc in _reduction_blocks(target, p):
+        out: list[ArrayTiling] = []
         for tn in reversed(_widths(target, p)):
             for acc_slots in (2, 1):
                 for th, tw in _shapes(target, p, tn, acc_slots):
                     for unfold in unfolds:
-                        orders = ["m_outer"] if tn >= p.n else ["m_outer", "n_outer"]
-                        for order in orders:
-                            for flow in flows:
-                                out.append(ArrayTiling(th, tw, tn, tc, order, unfold, dataflow=flow, acc_slots=acc_slots))
-    return out[:MAX_CANDIDATES]
+                        # one channel block or one pixel tile: both orders are the same nest
+                        single = th >= p.y.out and tw >= p.x.out
+                        orders = ["m_outer"] if tn >= p.n or single else ["m_outer", "n_outer"]
+                        for band, x_slots in _bands(p, th, tc, unfold):
+                            for order in orders:
+                                for flow in flows:
+                                    out.append(ArrayTiling(th, tw, tn, tc, order, unfold, x_slots=x_slots, dataflow=flow,
+                                                           acc_slots=acc_slots, band=band))
+        per_block.append(out)
+    mixed = [t for group in itertools.zip_longest(*per_block) for t in group if t is not None]
+    return mixed[:MAX_CANDIDATES]
 
 
 def small_candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
@@ -125,17 +164,23 @@ def _expressible(t: ArrayTiling) -> bool:
 
 
 def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
-    """Make weight blocks, then input tiles, resident when the scratchpad holds them all."""
+    """Make weight blocks, then input tiles, resident when the scratchpad holds them all;
+    resident weights are held in blocks of every output channel."""
     size = target.scratchpad.size_bytes
     fp = footprint(p, t)
     n_w = len(blocks(p.n, t.tn)) * len(blocks(p.c, t.tc))
-    n_x = len(blocks(p.y.out, t.th)) * len(blocks(p.x.out, t.tw)) * len(blocks(p.c, t.tc))
+    n_x = len(blocks(p.y.out, t.band_rows)) * len(blocks(p.x.out, t.tw)) * len(blocks(p.c, t.tc))
     if n_w > 2 and fp.spad(replace(t, w_slots=n_w)) <= size:
         t = replace(t, w_slots=n_w)
     if n_x > 2 and fp.spad(replace(t, x_slots=n_x)) <= size:
         t = replace(t, x_slots=n_x)
     if n_w == 1:
         t = replace(t, w_slots=1)
+    n_c = len(blocks(p.c, t.tc))
+    if t.w_slots >= n_w > n_c and not p.weights_n_major:
+        # resident weights, several channel blocks: one block per reduction block holding
+        # every channel is the same bytes of scratchpad in whole DRAM rows
+        t = replace(t, wide_weights=True, w_slots=n_c)
     if n_x == 1:
         t = replace(t, x_slots=1)
     return t
@@ -192,7 +237,7 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
                 smallest = (spad, acc)
             if spad > target.scratchpad.size_bytes or acc > target.accumulator.size_bytes:
                 continue
-            ranked.append((quick_estimate(target, p, t), spad, str(t), t))
+            ranked.append((*quick_estimate(target, p, t), spad, str(t), t))
         if ranked:
             break
     if not ranked:
@@ -202,11 +247,13 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
             f"needs {need}, the target has {target.scratchpad.size_bytes} and "
             f"{target.accumulator.size_bytes}"
         )
-    ranked.sort(key=lambda r: r[:3])
-    best: tuple | None = None
-    for _, spad, text, t in ranked[:walk]:
-        e = estimate(target, p, t)
-        key = (e.cycles, spad, text)
-        if best is None or key < best[0]:
-            best = (key, t, e)
-    return Choice(best[1], best[2], len(ranked))
+    fastest = min(r[0] for r in ranked)
+    by_cycles = sorted(ranked, key=lambda r: (r[0], r[1], r[2], r[3]))[:walk]
+    lean = sorted((r for r in ranked if r[0] <= fastest * (1 + CYCLE_SLACK)), key=lambda r: (r[1], r[0], r[2], r[3]))[:walk]
+    walked = {r[3]: r for r in by_cycles + lean}
+    full = [(estimate(target, p, r[4]), r[2], r[3], r[4]) for r in walked.values()]
+    fastest_e = min(full, key=lambda f: (f[0].cycles, f[1], f[2]))
+    lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
+               key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))
+    e, _, _, t = lean if lean[0].dram_bytes <= (1 - LEAN_GAIN) * fastest_e[0].dram_bytes else fastest_e
+    return Choice(t, e, len(ranked))

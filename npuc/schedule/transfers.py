@@ -7,6 +7,7 @@ buffer* the data goes to (the emitter adds the buffer's base); DRAM addresses ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from npuc.isa.instr import field_max
@@ -30,42 +31,106 @@ def _fill(dtype_name: str, addr: int, n0: int, n1: int, s1: int, es: int, value:
     return out
 
 
-def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
-    """The input tile of step ``s``: (zero-border signature, VFILLs, DMA_LOADs).
+Rows = tuple[int, int]  # local rows [lo, hi) of an input band
 
-    The VFILLs zero the tile positions that fall in the padding; a buffer that last held a tile
-    with the same signature already has those zeros (DMAs write only the valid part).
+
+@dataclass(frozen=True)
+class BandState:
+    """What an input buffer holds: the border signature of its band (its padding cells hold the
+    fill value) and the band's local rows ``held``."""
+
+    sig: tuple
+    held: Rows
+
+
+def input_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
+    """The input of step ``s`` into an empty buffer: (zero-border signature, VFILLs, DMA_LOADs)."""
+    fills, loads, _, state = band_loads(p, t, s, None, False)
+    return state.sig, fills, loads
+
+
+def band_loads(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None, same_band: bool,
+               ) -> tuple[list[Instr], list[Instr], Rows, BandState]:
+    """What step ``s`` adds to the buffer of its input band: (VFILLs, DMA_LOADs, the local rows
+    they write, the buffer's state afterwards).  ``state`` is the buffer's (None: never used),
+    ``same_band`` whether it holds this step's band already.
+
+    A band's rows are loaded as its tiles first need them: a tile whose rows follow those held
+    loads only the rows it adds (the halo it shares with the tile before is not read again).
+    A band new to its buffer first gets the VFILLs that give its padding cells the fill value
+    (zero, or an int8 input's zero point), unless the buffer's last band had the same border:
+    DMAs write only the valid part, so those cells still hold it.  The whole band's border is
+    filled at once, on the vector queue, so that it never waits behind the epilogues of the
+    band's tiles.
     """
     if t.unfold:
-        return _unfolded_loads(p, t, s)
+        return _unfolded(p, t, s, state, same_band)
     es, g = p.es, input_geometry(p, t, s.tc)
     sh, sw, sc = p.x_strides
-    rows, cols = p.y.span(s.th), p.x.span(s.tw)
-    ylo, yhi = p.y.valid(s.oy0, s.th)
+    rows, cols = p.y.span(s.bh), p.x.span(s.tw)
+    ylo, yhi = p.y.valid(s.y0, s.bh)
     xlo, xhi = p.x.valid(s.ox0, s.tw)
-    row_b, pix_b = g.row_elems * es, g.slot * es
-    dt = p.dtype.name
-    pv = float(p.pad_value)
-    fills: list[Instr] = []
     if yhi <= ylo or xhi <= xlo:
-        return ("empty", rows, cols), _fill(dt, 0, cols * s.tc, rows, row_b, es, pv), []
-    fills += _fill(dt, 0, cols * s.tc, ylo, row_b, es, pv)
-    fills += _fill(dt, yhi * row_b, cols * s.tc, rows - yhi, row_b, es, pv)
-    fills += _fill(dt, ylo * row_b, xlo * s.tc, yhi - ylo, row_b, es, pv)
-    fills += _fill(dt, ylo * row_b + xhi * pix_b, (cols - xhi) * s.tc, yhi - ylo, row_b, es, pv)
-    iy = p.y.start(s.oy0) + ylo * p.y.in_step
-    ix = p.x.start(s.ox0) + xlo * p.x.in_step
-    dram = p.x_addrs[s.b] + iy * sh + ix * sw + s.c0 * sc
-    loads = []
-    for r in range(0, yhi - ylo, _MAX_COUNT):
-        n2 = min(_MAX_COUNT, yhi - ylo - r)
-        loads.append(("DMA_LOAD", dict(
-            esize=es, dram_addr=dram + r * p.y.in_step * sh, local_addr=(ylo + r) * row_b + xlo * pix_b,
-            n0=s.tc, n1=xhi - xlo, n2=n2, dram_s0=sc, dram_s1=p.x.in_step * sw, dram_s2=p.y.in_step * sh,
-            local_s1=pix_b, local_s2=row_b,
-        )))
+        ylo = yhi = xlo = xhi = 0
+    row_b, pix_b = g.row_elems * es, g.slot * es
     sig = ("dense", rows, cols, s.tc, ylo, yhi, xlo, xhi)
-    return sig, fills, loads
+    need_lo, need_hi = s.x_rows(p)
+    held = state.held if same_band and state is not None else None
+    if held is not None and held[0] <= need_lo <= held[1]:
+        r0, r1 = held[1], max(held[1], need_hi)
+        after = (held[0], r1)
+    else:
+        r0, r1 = need_lo, need_hi
+        after = (r0, r1)
+    fill = held is None and (state is None or state.sig != sig)
+    fills = _border_fills(p, s, (0, rows), (ylo, yhi), (xlo, xhi), cols, row_b, pix_b) if fill else []
+    lo, hi = max(r0, ylo), min(r1, yhi)
+    loads: list[Instr] = []
+    if hi > lo:
+        iy = p.y.start(s.y0) + lo * p.y.in_step
+        ix = p.x.start(s.ox0) + xlo * p.x.in_step
+        dram = p.x_addrs[s.b] + iy * sh + ix * sw + s.c0 * sc
+        for r in range(0, hi - lo, _MAX_COUNT):
+            n2 = min(_MAX_COUNT, hi - lo - r)
+            loads.append(("DMA_LOAD", dict(
+                esize=es, dram_addr=dram + r * p.y.in_step * sh, local_addr=(lo + r) * row_b + xlo * pix_b,
+                n0=s.tc, n1=xhi - xlo, n2=n2, dram_s0=sc, dram_s1=p.x.in_step * sw, dram_s2=p.y.in_step * sh,
+                local_s1=pix_b, local_s2=row_b,
+            )))
+    return fills, loads, (0, rows) if fill else (r0, r1), BandState(sig, after)
+
+
+def _border_fills(p: ArrayProblem, s: Step, rows: Rows, valid_y: Rows, valid_x: Rows, cols: int, row_b: int,
+                  pix_b: int) -> list[Instr]:
+    """VFILLs of the padding cells in local rows ``rows`` of a band: whole rows outside the
+    valid rows, the left and right border columns of the valid ones."""
+    es, dt, pv = p.es, p.dtype.name, float(p.pad_value)
+    f0, f1 = rows
+    (ylo, yhi), (xlo, xhi) = valid_y, valid_x
+    out: list[Instr] = []
+    top = (f0, min(f1, ylo))
+    bottom = (max(f0, yhi), f1)
+    for a, b in (top, bottom):
+        if b > a:
+            out += _fill(dt, a * row_b, cols * s.tc, b - a, row_b, es, pv)
+    a, b = max(f0, ylo), min(f1, yhi)
+    if b > a:
+        out += _fill(dt, a * row_b, xlo * s.tc, b - a, row_b, es, pv)
+        out += _fill(dt, a * row_b + xhi * pix_b, (cols - xhi) * s.tc, b - a, row_b, es, pv)
+    return out
+
+
+def _unfolded(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None, same_band: bool,
+              ) -> tuple[list[Instr], list[Instr], Rows, BandState]:
+    """Unfolded rows: a band is one tile, loaded whole; its border is filled unless the buffer's
+    last tile had the same one."""
+    sig, fills, loads = _unfolded_loads(p, t, s)
+    new = BandState(sig, (0, s.th))
+    if same_band:
+        return [], [], (0, 0), new
+    if state is not None and state.sig == sig:
+        fills = []
+    return fills, loads, (0, s.th), new
 
 
 def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, list[Instr], list[Instr]]:
@@ -103,7 +168,10 @@ def _unfolded_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[tuple, li
 
 
 def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
-    """DMA_LOADs of the weight block of step ``s`` (layout: see ``npuc.schedule.problem``)."""
+    """DMA_LOADs of the weight block of step ``s`` (layout: see ``npuc.schedule.problem``;
+    ``wide_weights``: the block of every output channel)."""
+    if t.wide_weights:
+        s = s._replace(n0=0, tn=p.n)
     es = p.es
     sky, skx, sc, sn = p.w_strides
     kh, kw = p.y.kernel, p.x.kernel
@@ -140,6 +208,25 @@ def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
                 n0=s.tn, n1=s.tc, n2=kw, dram_s0=sn, dram_s1=sc, dram_s2=skx,
                 local_s1=row_b, local_s2=s.tc * row_b,
             )))
+    return out
+
+
+def by_planes(loads: list[Instr]) -> list[Instr]:
+    """The same transfers, one per plane: the kernel's first weight block is loaded so, so that
+    the array starts on the first reduction chunk while the rest arrives behind it."""
+    out: list[Instr] = []
+    for op, f in loads:
+        n2 = f.get("n2", 1)
+        if n2 == 1:
+            out.append((op, f))
+            continue
+        s2 = f.get("dram_s2", f.get("n1", 1) * f.get("dram_s1", f["n0"] * f.get("dram_s0", f["esize"])))
+        l2 = f.get("local_s2", f.get("n1", 1) * f.get("local_s1", f["n0"] * f["esize"]))
+        for i in range(n2):
+            plane = {k: v for k, v in f.items() if k not in ("n2", "dram_s2", "local_s2")}
+            plane["dram_addr"] = f["dram_addr"] + i * s2
+            plane["local_addr"] = f["local_addr"] + i * l2
+            out.append((op, plane))
     return out
 
 

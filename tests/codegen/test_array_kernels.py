@@ -325,8 +325,8 @@ def test_double_buffering_overlaps_loads_with_compute():
     """The same tiling with one buffer per operand instead of the pools the planner chose."""
     k = conv_kernel(1, 64, 28, 28, 64, 1, name="pw")
     k = dataclasses.replace(k, epilogue=(bias_op(k.output.shape), EpilogueOp("relu")))
-    double = _simulate_with(k, MID, lambda t: dataclasses.replace(t, x_slots=2, w_slots=max(1, t.w_slots), th=7))
-    single = _simulate_with(k, MID, lambda t: dataclasses.replace(t, x_slots=1, w_slots=1, th=7))
+    double = _simulate_with(k, MID, lambda t: dataclasses.replace(t, x_slots=2, w_slots=max(1, t.w_slots), th=7, band=0, acc_slots=1))
+    single = _simulate_with(k, MID, lambda t: dataclasses.replace(t, x_slots=1, w_slots=1, th=7, band=0, acc_slots=1))
     assert double < 0.85 * single
 
 

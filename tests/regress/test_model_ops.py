@@ -31,6 +31,7 @@ CASES = {
     "elu": (Fn(lambda x: F.elu(x, 0.7)), (_randn(2, 5),), "elu"),
     "selu": (Fn(F.selu), (_randn(1, 3, 4, 4),), "elu"),
     "log1p": (Fn(lambda x: torch.log1p(x.abs())), (_randn(2, 5),), "log1p"),
+    "log": (Fn(lambda x: torch.log(x.abs() + 0.01)), (_randn(3, 7),), "log"),
     "celu": (Fn(lambda x: F.celu(x, 0.5)), (_randn(2, 5),), "expm1"),
     "flip": (Fn(lambda x: torch.flip(x, [0, 2])), (_randn(2, 3, 4),), "flip"),
     "flip_outer": (Fn(lambda x: torch.flip(x, [0, 1]) * 2), (_randn(2, 3, 4),), "flip"),
@@ -69,7 +70,8 @@ def test_op_imports_interprets_exactly_and_compiles(name):
 
 
 @pytest.mark.parametrize("name", ["elu", "selu", "bilinear", "bilinear_scale_1.5", "bilinear_align_corners",
-                                  "group_norm", "instance_norm", "flip_outer", "cumsum"])
+                                  "group_norm", "instance_norm", "flip_outer", "cumsum", "log1p", "log",
+                                  "conv_transpose2d", "conv_transpose1d", "grid_sample"])
 def test_on_the_npu(name):
     model, inputs, _ = CASES[name]
     art = npuc.compile(model.eval(), inputs)

@@ -1,5 +1,5 @@
 """A small CNN with every kind of work the analysis tools count (array convolutions, a depthwise
-convolution on the vector unit, a residual add, pooling, a linear layer), compiled once per test
+convolution (on the vector unit or the array, by cost), a residual add, pooling, a linear layer), compiled once per test
 session, and a model file the CLI can load."""
 
 from __future__ import annotations

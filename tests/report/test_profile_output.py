@@ -32,7 +32,10 @@ def test_every_mac_is_counted_depthwise_included():
     assert p.macs == totals.macs  # what `npuc import` says
     dw = [layer for layer in p.layers if layer.kind == "depthwise_conv2d"]
     assert dw and all(layer.macs == 32 * 16 * 16 * 9 and layer.utilization > 0 for layer in dw)
-    assert all(layer.array_macs == 0 for layer in dw)  # done by the vector unit, counted all the same
+    plans = {p.summary for code in compiled().compiled.codes for p in code.plans}
+    on_array = any("depthwise" in s and "on the array" in s for s in plans)
+    for layer in dw:  # counted all the same; the array's own count includes its diagonal tiles' zeros
+        assert (layer.array_macs >= layer.macs) if on_array else (layer.array_macs == 0)
     assert p.utilization == pytest.approx(p.macs / (p.npu_cycles * p.target.peak_macs_per_cycle))
 
 

@@ -124,3 +124,15 @@ def test_output_stationary_interlock():
     assert t_other.total_cycles < t_same.total_cycles
     first, second = t_same.trace_events[0], t_same.trace_events[1]
     assert second.start >= first.end
+
+
+def test_race_inside_a_loop_names_the_encoded_instruction():
+    text = (
+        "NOP\nLOOP n=2 body=2\n"
+        "DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024\nVUN op=relu dtype=int8 n0=1024 dst=0x1000 src=0\nEND"
+    )
+    with pytest.raises(SimulationError) as e:
+        simulate(assemble(text), MID, dram_size=1024)
+    msg = str(e.value)
+    assert "instruction 3 `VUN" in msg and "(step 2 of the stream its LOOPs expand to)" in msg, msg
+    assert "instruction 2 `DMA_LOAD" in msg and "(step 1 of the stream" in msg, msg

@@ -4,8 +4,10 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
 :class:`~npuc.schedule.problem.ArrayTiling` by walking the same loop nest as the cost model
 (:func:`npuc.schedule.problem.steps`).  Per step:
 
-1. the input tile, unless a buffer already holds it: the DMA of the valid part, then VFILL of
-   the zero border (only when the buffer's last tile had a different border);
+1. the input band's rows that the tile needs and its buffer does not hold yet (a band spans one
+   or several row tiles, so the rows neighbouring tiles share are loaded once): the DMA of the
+   valid part, then, for a band new to its buffer, VFILL of the zero border (only when the
+   buffer's last band had a different border);
 2. the weight block, unless a buffer already holds it;
 3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
    and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
@@ -45,7 +47,7 @@ from npuc.schedule.problem import (
     steps,
     weight_rows,
 )
-from npuc.schedule.transfers import input_loads, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, band_loads, by_planes, output_store, quant_loads, weight_loads
 
 
 class _Buffers:
@@ -99,7 +101,8 @@ class ArrayEngine:
         self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
         self.acc_slot = 0
-        self.x_sig: dict[int, tuple] = {}
+        self.x_state: dict[int, BandState] = {}  # what each input buffer holds
+        self.w_loaded = False
         self.out_slot = 0
 
     def run(self) -> None:
@@ -122,24 +125,23 @@ class ArrayEngine:
     def _input(self, s: Step) -> int:
         slot, hit = self.x.get(s.x_key(self.p))
         base = self.x.addrs[slot]
-        if hit:
-            return base
-        sig, fills, loads = input_loads(self.p, self.t, s)
+        fills, loads, _, self.x_state[slot] = band_loads(self.p, self.t, s, self.x_state.get(slot), hit)
         for op, f in loads:
             self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         # The border is zeroed after the load is issued: the two write disjoint elements, and a
         # VFILL first would hold the load behind the compute queue (no prefetch).
-        if self.x_sig.get(slot) != sig:
-            self.x_sig[slot] = sig
-            for op, f in fills:
-                self.em.emit(op, **_shifted(f, base, ("dst",)))
+        for op, f in fills:
+            self.em.emit(op, **_shifted(f, base, ("dst",)))
         return base
 
     def _weights(self, s: Step) -> int:
-        slot, hit = self.w.get(s.w_key(self.p))
+        slot, hit = self.w.get(s.w_key(self.p, self.t))
         base = self.w.addrs[slot]
         if not hit:
-            for op, f in weight_loads(self.p, self.t, s):
+            loads = weight_loads(self.p, self.t, s)
+            if not self.w_loaded:  # the first block by planes: the array starts on the first chunk
+                loads, self.w_loaded = by_planes(loads), True
+            for op, f in loads:
                 self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         return base
 
@@ -149,18 +151,20 @@ class ArrayEngine:
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
+        xb += s.x_rows(p)[0] * g.row_elems * es  # the tile's first row in its band
         if t.dataflow is Dataflow.output_stationary:
             self._compute_os(s, xb, wb, g.slot * es)
             return
         krows = weight_rows(p, s.tc)
         cks = chunks(p, t, s.tc, self.rows)
+        wcols, wcol = (p.n, s.n0) if t.wide_weights else (s.tn, 0)  # the block's columns, the step's first
         for j in range(0, s.tn, self.cols):
             n = min(self.cols, s.tn - j)
             for i, ch in enumerate(cks):
                 if p.weights_n_major:
                     lw = dict(addr=wb + (j * krows + ch.w_row) * es, s_k=es, s_n=krows * es)
                 else:
-                    lw = dict(addr=wb + (ch.w_row * s.tn + j) * es, s_n=es, s_k=s.tn * es)
+                    lw = dict(addr=wb + (ch.w_row * wcols + wcol + j) * es, s_n=es, s_k=wcols * es)
                 self.em.emit("LOAD_WEIGHTS", dtype=dt, k=ch.k, n=n, **lw)
                 self.em.emit(
                     "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
@@ -177,7 +181,8 @@ class ArrayEngine:
             for j in range(0, s.tn, self.cols):
                 self.em.emit(
                     "MATMUL_OS", dtype=dt, acc=not s.first, m=m, k=s.tc, n=min(self.cols, s.tn - j),
-                    in_addr=xb + i * pixel_bytes, in_s=pixel_bytes, w_addr=wb + j * es, w_s=s.tn * es,
+                    in_addr=xb + i * pixel_bytes, in_s=pixel_bytes, w_addr=wb + (s.w_col(self.t) + j) * es,
+                    w_s=(self.p.n if self.t.wide_weights else s.tn) * es,
                     out_addr=self.acc + (i * s.tn + j) * 4, out_s=s.tn * 4,
                 )
 

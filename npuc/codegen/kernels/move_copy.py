@@ -28,10 +28,12 @@ import math
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import canonical, overlap_cap, pipeline
 from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 
@@ -148,23 +150,25 @@ class CopyKernel:
         if _footprint(es, ext, src, reorder) > per_set:
             raise CompileError(f"kernel '{kernel.name}': no copy tile fits {per_set} bytes of scratchpad")
         tiles = math.prod(-(-n // e) for n, e in zip(dst.shape, ext))
-        dram = burst_bytes(src, target.dma.burst_bytes) + burst_bytes(dst, target.dma.burst_bytes)
-        est = estimate_cycles(target, dram, dst.numel if reorder else 0, tiles)
         how = "reordered on chip" if reorder else "DMA only"
         summary = f"copy {list(dst.shape)} in tiles {list(ext)} ({tiles}), {how}, {NSETS} buffer sets"
-        return Plan(summary, NSETS * _footprint(es, ext, src, reorder), 0, est, CopyPlan(dst.shape, ext, reorder))
+        return tile_plan(summary, self.program(kernel, CopyPlan(dst.shape, ext, reorder), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, choice, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``choice``, as data."""
         src, dst = _canon(kernel)
-        p: CopyPlan = plan.details
+        p: CopyPlan = choice
         es = dst.dtype.size
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        tb = TileBuilder(target, kernel)
         tile_bytes = math.prod(p.extents) * es
         uniq_bytes = math.prod(e for d, e in enumerate(p.extents) if src.strides[d] != 0) * es
         sets = []
         for i in range(NSETS):
-            out_buf = arena.alloc(tile_bytes, f"tile {i}")
-            in_buf = arena.alloc(uniq_bytes, f"source tile {i}") if p.reorder else out_buf
+            out_buf = tb.alloc(tile_bytes, f"tile {i}")
+            in_buf = tb.alloc(uniq_bytes, f"source tile {i}") if p.reorder else out_buf
             sets.append((in_buf, out_buf))
         starts = [range(0, n, e) for n, e in zip(p.shape, p.extents)]
         dorder = list(range(dst.rank))
@@ -181,11 +185,11 @@ class CopyKernel:
             start, ext, out_str, reorder = geometry(i)
             in_buf, out_buf = sets[i % NSETS]
             if not reorder:
-                dma_nd(em, "DMA_LOAD", src.offset(start), ext, src.strides, out_buf, out_str, es)
+                dma_nd(tb, "DMA_LOAD", src.offset(start), ext, src.strides, out_buf, out_str, es)
                 return
             in_str = _dense(ext, sorder, es, bcast)
             keep = [d for d in range(src.rank) if d not in bcast]
-            dma_nd(em, "DMA_LOAD", src.offset(start), [ext[d] for d in keep], [src.strides[d] for d in keep],
+            dma_nd(tb, "DMA_LOAD", src.offset(start), [ext[d] for d in keep], [src.strides[d] for d in keep],
                    in_buf, [in_str[d] for d in keep], es)
 
         def compute(i: int) -> None:
@@ -193,11 +197,12 @@ class CopyKernel:
             in_buf, out_buf = sets[i % NSETS]
             if reorder:
                 in_str = _dense(ext, sorder, es, bcast)
-                vector_nd(em, "VUN", ext, {"dst": (out_buf, out_str), "src": (in_buf, in_str)},
+                vector_nd(tb, "VUN", ext, {"dst": (out_buf, out_str), "src": (in_buf, in_str)},
                           op="copy", dtype=_raw_dtype(es))
-            dma_nd(em, "DMA_STORE", dst.offset(start), ext, dst.strides, out_buf, out_str, es)
+            dma_nd(tb, "DMA_STORE", dst.offset(start), ext, dst.strides, out_buf, out_str, es)
 
-        pipeline(len(boxes), fetch, compute, NSETS)
+        pipeline(len(boxes), fetch, compute, NSETS, tb)
+        return tb.finish(f"tiles {list(p.extents)} of {list(p.shape)}", choice)
 
 
 def _raw_dtype(es: int) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import MAX_COUNT, Tile, f32, rows_block, store_pieces
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import FillAttrs, Kernel
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, estimate_cycles, largest_fitting, tile_grid
+from npuc.codegen.kernels.vector_common import canonical, largest_fitting, tile_grid
 from npuc.errors import CompileError
 
 _BUFFER_BYTES = 32 * 1024
@@ -61,20 +63,25 @@ class FillKernel:
         if tr == 0:
             raise CompileError(f"kernel '{kernel.name}': no fill tile fits {budget} bytes")
         n = -(-rows // tr) * -(-cols // tc)
-        est = estimate_cycles(target, burst_bytes(out, target.dma.burst_bytes), tr * tc, 1) + n
-        return Plan(f"fill {rows}x{cols} from one {tr}x{tc} buffer ({n} stores)", tr * tc * es, 0, est,
-                    FillPlan(rows, cols, tr, tc))
+        summary = f"fill {rows}x{cols} from one {tr}x{tc} buffer ({n} stores)"
+        return tile_plan(summary, self.program(kernel, FillPlan(rows, cols, tr, tc), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, choice, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``choice``, as data."""
         (out,) = canonical([kernel.output], kernel.output)
-        p: FillPlan = plan.details
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
-        buf = Tile(arena.alloc(p.tile_rows * p.tile_cols * out.dtype.size, "fill buffer"), p.tile_rows, p.tile_cols, out.dtype)
-        em.emit("VFILL", dtype=_fill_dtype(kernel), n0=buf.cols, n1=buf.rows, dst=buf.addr,
+        p: FillPlan = choice
+        tb = TileBuilder(target, kernel)
+        buf = Tile(tb.alloc(p.tile_rows * p.tile_cols * out.dtype.size, "fill buffer"), p.tile_rows, p.tile_cols, out.dtype)
+        tb.emit("VFILL", dtype=_fill_dtype(kernel), n0=buf.cols, n1=buf.rows, dst=buf.addr,
                 dst_s1=buf.s1 if buf.rows > 1 else 0, value=f32(kernel.attrs.value))
         rows_dims = tuple(range(out.rank - 1))
-        for r0, nr, c0, nc in tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols):
-            store_pieces(em, buf.block(0, nr, 0, nc), rows_block(out, rows_dims, out.rank - 1, r0, nr, c0, nc))
+        for i, (r0, nr, c0, nc) in enumerate(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols)):
+            tb.at(i)
+            store_pieces(tb, buf.block(0, nr, 0, nc), rows_block(out, rows_dims, out.rank - 1, r0, nr, c0, nc))
+        return tb.finish(f"{p.tile_rows}x{p.tile_cols} stores of {p.rows}x{p.cols}", choice)
 
 
 register_kernel(FillKernel())

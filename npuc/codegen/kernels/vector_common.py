@@ -5,14 +5,12 @@
   where every tensor allows it: a dense NHWC tensor plus a per-channel bias becomes
   ``[N*H*W, C]``; two dense tensors of the same layout become one long row.
 * :func:`dtype_problem`: the dtype checks every vector kernel makes.
-* :func:`estimate_cycles`: the cost figure a plan reports (DMA time against vector time).
 * :func:`largest_fitting`: the largest count whose footprint fits a budget.
 * :func:`tile_grid`: (row, column) blocks of a rows x cols iteration space.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator, Sequence
 
 from npuc.codegen.epilogue import merge_dims
@@ -67,14 +65,6 @@ def zero_point_problem(k: Any) -> str | None:
     return None
 
 
-def estimate_cycles(target: Any, dram_bytes: int, lane_ops: int, instructions: int) -> int:
-    """A plan's cost figure: the slower of the DMA port and the vector unit, plus a few cycles
-    of issue and pipeline per vector instruction and one DMA latency."""
-    dma = -(-dram_bytes // target.dma.bytes_per_cycle)
-    vec = -(-lane_ops // target.vector.lanes) + 5 * instructions
-    return max(dma, vec) + target.dma.latency_cycles
-
-
 def largest_fitting(footprint: Callable[[int], int], budget: int, limit: int) -> int:
     """The largest n in 1..limit with ``footprint(n) <= budget`` (0 when even 1 does not fit);
     ``footprint`` must grow with n."""
@@ -95,16 +85,6 @@ def tile_grid(rows: int, cols: int, tile_rows: int, tile_cols: int) -> Iterator[
     for r0 in range(0, rows, tile_rows):
         for c0 in range(0, cols, tile_cols):
             yield r0, min(tile_rows, rows - r0), c0, min(tile_cols, cols - c0)
-
-
-def burst_bytes(t: DramTensor, burst: int) -> int:
-    """DRAM bytes one pass over ``t`` moves, rounded to whole bursts per contiguous run."""
-    run = t.dtype.size
-    dims = [(n, s) for n, s in zip(t.shape, t.strides) if n != 1]
-    while dims and dims[-1][1] == run:
-        run *= dims.pop()[0]
-    runs = math.prod(n for n, s in dims if s != 0) if dims else 1
-    return runs * -(-run // burst) * burst
 
 
 PIPELINE_TILES = 6  # aim for at least this many tiles so loads, compute and stores overlap
@@ -146,7 +126,7 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
                buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)
 
 
-def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int) -> None:
+def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int, b: Any = None) -> None:
     """Emit ``n`` tiles that rotate through ``sets`` buffer sets, software-pipelined.
 
     ``fetch(i)`` emits tile i's loads (and any fills of its input buffer), ``compute(i)`` its
@@ -154,11 +134,16 @@ def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None
     set was last read by the store of tile i-1, so the emitter's ordering of that store before
     the new load sits in the compute queue after tile i's work, not in front of it (fetching
     just before each compute would make every load wait for the previous tile's compute).
+    ``b`` (a :class:`~npuc.codegen.tile_builder.TileBuilder`) is told which tile each step is of.
     """
     depth = max(1, sets - 1)
+    at = b.at if b is not None else (lambda i: None)
     for j in range(min(depth, n)):
+        at(j)
         fetch(j)
     for i in range(n):
+        at(i)
         compute(i)
         if i + depth < n:
+            at(i + depth)
             fetch(i + depth)

@@ -36,19 +36,20 @@ from npuc.codegen.epilogue import (
     channels_last_block,
     dma_nd,
     epilogue_blocks,
-    epilogue_lane_ops,
     epilogue_spad_bytes,
     epilogue_supports,
     load_epilogue_operands,
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import SramArena, register_kernel
+from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_matmul_cycles, array_program, array_tilings
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
     dtype_problem,
-    estimate_cycles,
     fetch_padded,
     largest_fitting,
     overlap_cap,
@@ -142,6 +143,23 @@ class DepthwiseKernel:
             kernel.epilogue, kernel.dtype, target)
 
     def plan(self, kernel: Kernel, target) -> Plan:
+        """The cheapest of :meth:`alternatives` by the cost model (the vector unit on a tie)."""
+        return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
+
+    def alternatives(self, kernel: Kernel, target) -> list[Plan]:
+        """Every schedule worth costing for this layer: the vector unit's, then the array's
+        (not built when even the array's MATMUL cycles alone would exceed the vector estimate)."""
+        vector = self._vector_plan(kernel, target)
+        if array_matmul_cycles(kernel, target) >= vector.est_cycles:
+            return [vector]
+        return [vector] + [
+            tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
+                      f"{p.rows} output rows x {p.chans} channels per tile, one diagonal weight tile per tap",
+                      array_program(kernel, p, target), target)
+            for p in array_tilings(kernel, target)
+        ]
+
+    def _vector_plan(self, kernel: Kernel, target) -> Plan:
         x, out = kernel.inputs[0], kernel.output
         n, c, _, _ = x.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -162,18 +180,22 @@ class DepthwiseKernel:
             )
         rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 4096 // (ow * chans * kernel.dtype.size)))
         kh, kw = _kernel_hw(kernel)
-        lane = out.numel * (2 * kh * kw - 1 + epilogue_lane_ops(kernel.epilogue))
-        tiles = n * -(-oh // rows) * -(-c // chans)
-        per_tap = 1 if expand else min(rows, ow)
-        est = estimate_cycles(target, x.nbytes + out.nbytes, lane, tiles * (2 * kh * kw * per_tap + len(kernel.epilogue)))
         summary = (f"depthwise {kh}x{kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]}, {rows} output rows x "
                    f"{chans} channels per tile, {'fp16 multiply-add' if kernel.dtype.is_float else 'int8 mac into int32'} per tap"
                    f"{', weights repeated along rows' if expand else ''}")
-        spad = NSETS * _set_bytes(kernel, rows, chans) + _fixed_bytes(kernel, rows, chans, expand)
-        return Plan(summary, spad, 0, est, DepthwisePlan(rows, chans, expand))
+        return tile_plan(summary, self.program(kernel, DepthwisePlan(rows, chans, expand), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
-        _Emission(kernel, plan.details, em).run()
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, p, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``p`` (on the vector unit, or an
+        :class:`ArrayDepthwisePlan`: on the array), as data."""
+        if isinstance(p, ArrayDepthwisePlan):
+            return array_program(kernel, p, target)
+        tb = TileBuilder(target, kernel)
+        _Emission(kernel, p, tb).run()
+        return tb.finish(f"{p.rows} output rows x {p.chans} channels", p)
 
 
 class _Emission:
@@ -187,7 +209,8 @@ class _Emission:
         self.kh, self.kw = _kernel_hw(k)
         self.es = k.dtype.size
         self.rin, self.wp = _geometry(k, p.rows)
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
+        # a TileBuilder names the buffers; a plain emitter (a caller's own program) gets an arena
+        arena = em if hasattr(em, "alloc") else SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
         es, ow = self.es, self.ow
         self.wbuf = arena.alloc(self.kh * self.kw * self.c * es, "weights")
         self.wexp = arena.alloc(self.kh * self.kw * ow * p.chans * es, "repeated weights") if p.expand else None
@@ -215,7 +238,7 @@ class _Emission:
             bias, rec = self.k.inputs[2], self.k.inputs[3]
             dma_nd(self.em, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
             dma_nd(self.em, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
-        pipeline(len(self.tiles), self.fetch, self.compute, NSETS)
+        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, self.em if hasattr(self.em, "at") else None)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
         b, o0, c0 = self.tiles[i]

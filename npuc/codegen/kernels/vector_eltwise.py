@@ -22,7 +22,6 @@ from npuc.codegen.epilogue import (
     alloc_epilogue,
     apply_epilogue,
     epilogue_blocks,
-    epilogue_lane_ops,
     epilogue_spad_bytes,
     epilogue_supports,
     load_epilogue_operands,
@@ -35,10 +34,12 @@ from npuc.codegen.epilogue import (
     ALIGN,
     MAX_COUNT,
 )
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import burst_bytes, canonical, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, tile_grid
+from npuc.codegen.kernels.vector_common import canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
 from npuc.errors import CompileError
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
@@ -103,24 +104,23 @@ class EltwiseKernel:
             tr = overlap_cap(rows, tr, max(1, 4096 // (cols * k.dtype.size)))
         elif rows == 1:
             tc = overlap_cap(cols, tc, 2048)
-        spad = NSETS * _set_bytes(k, tr, tc)
-        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in k.tensors())
-        lane = k.output.numel * max(1, epilogue_lane_ops(k.epilogue))
-        ntiles = -(-rows // tr) * -(-cols // tc)
-        est = estimate_cycles(target, dram, lane, ntiles * max(1, len(k.epilogue)))
+        choice = EltwisePlan(rows, cols, tr, tc)
         summary = f"eltwise {rows}x{cols} in {tr}x{tc} tiles, {NSETS} buffer sets, {len(k.epilogue)} steps"
-        return Plan(summary, spad, 0, est, EltwisePlan(rows, cols, tr, tc))
+        return tile_plan(summary, self.program(kernel, choice, target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, p: EltwisePlan, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``p``, as data."""
         k = _canonical_kernel(kernel)
-        p: EltwisePlan = plan.details
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
+        b = TileBuilder(target, kernel)
         sets = []
-        for _ in range(NSETS):
-            tile = arena.alloc(p.tile_rows * p.tile_cols * k.dtype.size, "tile")
+        for i in range(NSETS):
+            tile = b.alloc(p.tile_rows * p.tile_cols * k.dtype.size, f"tile {i}")
             xb = _x_bytes(k, p.tile_rows, p.tile_cols)
-            xbuf = (arena.alloc(xb, "x"), xb) if xb else None
-            bufs = alloc_epilogue(arena, k.epilogue, p.tile_rows, p.tile_cols, k.dtype, col_dim=k.output.rank - 1)
+            xbuf = (b.alloc(xb, f"x {i}"), xb) if xb else None
+            bufs = alloc_epilogue(b, k.epilogue, p.tile_rows, p.tile_cols, k.dtype, col_dim=k.output.rank - 1)
             sets.append((tile, xbuf, bufs))
         row_dims = tuple(range(k.output.rank - 1))
         col = k.output.rank - 1
@@ -139,20 +139,21 @@ class EltwiseKernel:
             xp = block(x, i)
             src = None
             if xbuf is None or broadcast_kind(xp) == "full":
-                load_pieces(em, xp, tile)
+                load_pieces(b, xp, tile)
             else:
-                src = load_operand(em, xp, nr, nc, k.dtype, xbuf[0], xbuf[1])
+                src = load_operand(b, xp, nr, nc, k.dtype, xbuf[0], xbuf[1])
             blocks = epilogue_blocks(k.epilogue, lambda t: block(t, i))
-            pending[i] = (tile, src, load_epilogue_operands(em, k.epilogue, bufs, blocks, nr, nc))
+            pending[i] = (tile, src, load_epilogue_operands(b, k.epilogue, bufs, blocks, nr, nc))
 
         def compute(i: int) -> None:
             tile, src, loaded = pending.pop(i)
             if src is not None:
-                emit_vun(em, tile, "copy", src=src)
-            apply_epilogue(em, k.epilogue, tile, loaded)
-            store_pieces(em, tile, block(k.output, i))
+                emit_vun(b, tile, "copy", src=src)
+            apply_epilogue(b, k.epilogue, tile, loaded)
+            store_pieces(b, tile, block(k.output, i))
 
-        pipeline(len(grid), fetch, compute, NSETS)
+        pipeline(len(grid), fetch, compute, NSETS, b)
+        return b.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
 
 
 register_kernel(EltwiseKernel())

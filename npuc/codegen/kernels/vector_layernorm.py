@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, f32
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, LayerNormAttrs
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import dtype_problem, largest_fitting, overlap_cap, pipeline
 from npuc.codegen.kernels.vector_rows import (
     MAX_N,
     Operand,
@@ -104,33 +106,35 @@ class LayerNormKernel:
                 f"scratchpad, the target has {target.scratchpad.size_bytes}"
             )
         rows = overlap_cap(sp.rows, rows, max(1, 4096 // (L * es)))
-        n = -(-sp.rows // rows)
-        est = estimate_cycles(target, 2 * kernel.output.nbytes, kernel.output.numel * 9, 13 * n)
-        return Plan(f"layernorm of {sp.rows} rows x {L}, {rows} rows per tile, fp32 statistics",
-                    _bytes(rows, L, es), 0, est, LayerNormPlan(rows))
+        summary = f"layernorm of {sp.rows} rows x {L}, {rows} rows per tile, fp32 statistics"
+        return tile_plan(summary, self.program(kernel, LayerNormPlan(rows), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, choice, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``choice``, as data."""
         sp = _space(kernel)
         es = kernel.dtype.size
         dt = kernel.dtype.name
         L = sp.length
-        R = plan.details.rows
+        R = choice.rows
         eps = kernel.attrs.eps
         x, out = kernel.inputs[0], kernel.output
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
-        tiles = [arena.alloc(R * L * es, f"tile {i}") for i in range(NSETS)]
-        t32 = arena.alloc(R * L * 4, "centred rows (fp32)")
-        sq32 = arena.alloc(R * L * 4, "squares (fp32)")
-        mean = arena.alloc(R * 4, "row means")
-        rstd = arena.alloc(R * 4, "row 1/std")
+        tb = TileBuilder(target, kernel)
+        tiles = [tb.alloc(R * L * es, f"tile {i}") for i in range(NSETS)]
+        t32 = tb.alloc(R * L * 4, "centred rows (fp32)")
+        sq32 = tb.alloc(R * L * 4, "squares (fp32)")
+        mean = tb.alloc(R * 4, "row means")
+        rstd = tb.alloc(R * 4, "row 1/std")
         affine = len(kernel.inputs) == 3
         wb = []
         if affine:
-            raw = arena.alloc(L * es, "weight/bias (fp16)")
+            raw = tb.alloc(L * es, "weight/bias (fp16)")
             for j, t in enumerate(kernel.inputs[1:]):
-                buf = arena.alloc(L * 4, f"{'weight' if j == 0 else 'bias'} (fp32)")
-                move_tile(em, "DMA_LOAD", sp, 2 + j, t.addr, 0, 1, 0, L, raw, 0, es, es)
-                unary_rows(em, "VCVT", Operand(buf, 0, 4), Operand(raw, 0, es), 1, L, src_dtype=dt, dst_dtype="fp32")
+                buf = tb.alloc(L * 4, f"{'weight' if j == 0 else 'bias'} (fp32)")
+                move_tile(tb, "DMA_LOAD", sp, 2 + j, t.addr, 0, 1, 0, L, raw, 0, es, es)
+                unary_rows(tb, "VCVT", Operand(buf, 0, 4), Operand(raw, 0, es), 1, L, src_dtype=dt, dst_dtype="fp32")
                 wb.append(Operand(buf, 0, 4))
         starts = list(range(0, sp.rows, R))
         inv_l = f32(1.0 / L)
@@ -144,31 +148,32 @@ class LayerNormKernel:
 
         def fetch(i: int) -> None:
             k0, nk, buf, ks, ls, _, _ = view(i)
-            move_tile(em, "DMA_LOAD", sp, 0, x.addr, k0, nk, 0, L, buf, ks, ls, es)
+            move_tile(tb, "DMA_LOAD", sp, 0, x.addr, k0, nk, 0, L, buf, ks, ls, es)
 
         def compute(i: int) -> None:
             k0, nk, buf, ks, ls, ks4, ls4 = view(i)
             t16 = Operand(buf, ks, ls)
             t = Operand(t32, ks4, ls4)
             sq = Operand(sq32, ks4, ls4)
-            reduce_rows(em, "sum", dt, "fp32", t16, nk, L, mean, 4)
-            em.emit("VUN", op="muls", dtype="fp32", n0=nk, dst=mean, src=mean, imm0=inv_l)
-            unary_rows(em, "VCVT", t, t16, nk, L, src_dtype=dt, dst_dtype="fp32")
-            binary_rows(em, "sub", "fp32", t, t, vector_of(mean, 4), nk, L)
-            binary_rows(em, "mul", "fp32", sq, t, t, nk, L)
-            reduce_rows(em, "sum", "fp32", "fp32", sq, nk, L, rstd, 4)
-            em.emit("VUN", op="muls", dtype="fp32", n0=nk, dst=rstd, src=rstd, imm0=inv_l)
-            em.emit("VUN", op="adds", dtype="fp32", n0=nk, dst=rstd, src=rstd, imm0=f32(eps))
-            em.emit("VUN", op="rsqrt", dtype="fp32", n0=nk, dst=rstd, src=rstd)
-            binary_rows(em, "mul", "fp32", t, t, vector_of(rstd, 4), nk, L)
+            reduce_rows(tb, "sum", dt, "fp32", t16, nk, L, mean, 4)
+            tb.emit("VUN", op="muls", dtype="fp32", n0=nk, dst=mean, src=mean, imm0=inv_l)
+            unary_rows(tb, "VCVT", t, t16, nk, L, src_dtype=dt, dst_dtype="fp32")
+            binary_rows(tb, "sub", "fp32", t, t, vector_of(mean, 4), nk, L)
+            binary_rows(tb, "mul", "fp32", sq, t, t, nk, L)
+            reduce_rows(tb, "sum", "fp32", "fp32", sq, nk, L, rstd, 4)
+            tb.emit("VUN", op="muls", dtype="fp32", n0=nk, dst=rstd, src=rstd, imm0=inv_l)
+            tb.emit("VUN", op="adds", dtype="fp32", n0=nk, dst=rstd, src=rstd, imm0=f32(eps))
+            tb.emit("VUN", op="rsqrt", dtype="fp32", n0=nk, dst=rstd, src=rstd)
+            binary_rows(tb, "mul", "fp32", t, t, vector_of(rstd, 4), nk, L)
             if affine:
                 w, b = (Operand(o.addr, 0, 4) for o in wb)
-                binary_rows(em, "mul", "fp32", t, t, w, nk, L)
-                binary_rows(em, "add", "fp32", t, t, b, nk, L)
-            unary_rows(em, "VCVT", t16, t, nk, L, src_dtype="fp32", dst_dtype=dt)
-            move_tile(em, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, L, buf, ks, ls, es)
+                binary_rows(tb, "mul", "fp32", t, t, w, nk, L)
+                binary_rows(tb, "add", "fp32", t, t, b, nk, L)
+            unary_rows(tb, "VCVT", t16, t, nk, L, src_dtype="fp32", dst_dtype=dt)
+            move_tile(tb, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, L, buf, ks, ls, es)
 
-        pipeline(len(starts), fetch, compute, NSETS)
+        pipeline(len(starts), fetch, compute, NSETS, tb)
+        return tb.finish(f"{R} rows x {L}", choice)
 
 
 register_kernel(LayerNormKernel())

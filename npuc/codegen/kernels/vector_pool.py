@@ -30,13 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, MAX_COUNT, dma_nd, f32
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, PoolAttrs
 from npuc.kir.plan import Plan
 from npuc.codegen.epilogue import Tile, emit_bias_requant, emit_vun
 from npuc.codegen.kernels.vector_common import (
     dtype_problem,
-    estimate_cycles,
     fetch_padded,
     largest_fitting,
     overlap_cap,
@@ -186,9 +187,8 @@ class PoolKernel:
             if chunk == 0:
                 raise CompileError(f"kernel '{kernel.name}': a global pool chunk does not fit {budget} bytes")
             chunk = overlap_cap(n * h * w * -(-c // chans), chunk, max(1, 4096 // (chans * es)))
-            est = estimate_cycles(target, x.nbytes + out.nbytes, x.numel, n * -(-h * w // chunk))
-            return Plan(f"global {kernel.attrs.kind} pool by VREDUCE, {chunk} pixels x {chans} channels per step",
-                        NSETS * _round(chunk * chans * es) + 2 * _round(chans * 4), 0, est, PoolPlan(True, 1, chans, chunk))
+            summary = f"global {kernel.attrs.kind} pool by VREDUCE, {chunk} pixels x {chans} channels per step"
+            return tile_plan(summary, self.program(kernel, PoolPlan(True, 1, chans, chunk), target), target)
         oh = out.shape[2]
         chans = min(c, MAX_COUNT)
         while chans > 1 and _tile_bytes(kernel, 1, chans) > budget:
@@ -201,30 +201,31 @@ class PoolKernel:
             )
         rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (out.shape[3] * chans * es)))
         a: PoolAttrs = kernel.attrs
-        lane = out.numel * a.kernel[0] * a.kernel[1]
-        tiles = n * -(-oh // rows) * -(-c // chans)
-        est = estimate_cycles(target, x.nbytes + out.nbytes, lane, tiles * 4)
-        return Plan(f"{a.kind} pool {a.kernel[0]}x{a.kernel[1]}/{a.stride[0]}x{a.stride[1]}, {rows} output rows x "
-                    f"{chans} channels per tile", NSETS * _tile_bytes(kernel, rows, chans), 0, est,
-                    PoolPlan(False, rows, chans, 0))
+        summary = (f"{a.kind} pool {a.kernel[0]}x{a.kernel[1]}/{a.stride[0]}x{a.stride[1]}, {rows} output rows x "
+                   f"{chans} channels per tile")
+        return tile_plan(summary, self.program(kernel, PoolPlan(False, rows, chans, 0), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
-        p: PoolPlan = plan.details
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, p: PoolPlan, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``p``, as data."""
+        tb = TileBuilder(target, kernel)
         if p.global_:
-            _emit_global(kernel, p, em)
-        else:
-            _emit_windows(kernel, p, em)
+            _global(kernel, p, tb)
+            return tb.finish(f"{p.chunk} pixels x {p.chans} channels", p)
+        _windows(kernel, p, tb)
+        return tb.finish(f"{p.rows} output rows x {p.chans} channels", p)
 
 
-def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
+def _global(k: Kernel, p: PoolPlan, em) -> None:
     x, out = k.inputs[0], k.output
     n, c, h, w = x.shape
     es = k.dtype.size
     dt = k.dtype.name
-    arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
-    bufs = [arena.alloc(p.chunk * p.chans * es, f"pixels {i}") for i in range(NSETS)]
-    accs = [arena.alloc(p.chans * 4, f"sums {i}") for i in range(2)]
-    records = _load_records(em, k, arena)
+    bufs = [em.alloc(p.chunk * p.chans * es, f"pixels {i}") for i in range(NSETS)]
+    accs = [em.alloc(p.chans * 4, f"sums {i}") for i in range(2)]
+    records = _load_records(em, k)
     acc_dt = "fp32" if k.dtype.is_float else "int32"
     op = "max" if k.attrs.kind == "max" else "sum"
     npx = h * w
@@ -235,6 +236,7 @@ def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
         for j, p0 in enumerate(range(0, npx, p.chunk)):
             npix = min(p.chunk, npx - p0)
             buf = bufs[step % NSETS]
+            em.at(step)
             step += 1
             y0, x0 = divmod(p0, w)
             _load_pixels(em, x, b, c0, nc, p0, npix, buf, es)
@@ -250,12 +252,12 @@ def _emit_global(k: Kernel, p: PoolPlan, em) -> None:
         dma_nd(em, "DMA_STORE", out.offset((b, c0, 0, 0)), (nc,), (out.strides[1],), acc, (es,), es)
 
 
-def _load_records(em, k: Kernel, arena: SramArena) -> int | None:
+def _load_records(em, k: Kernel) -> int | None:
     """int8 average pools: the REQUANT records, loaded once (None for other pools)."""
     if not _int8_avg(k):
         return None
     rec = k.inputs[1]
-    addr = arena.alloc(rec.nbytes, "requant records")
+    addr = em.alloc(rec.nbytes, "requant records")
     dma_nd(em, "DMA_LOAD", rec.addr, rec.shape, rec.strides, addr, (8, 4), 4)
     return addr
 
@@ -293,7 +295,7 @@ def _load_pixels(em, x, b: int, c0: int, nc: int, p0: int, npix: int, buf: int, 
         p += n
 
 
-def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
+def _windows(k: Kernel, p: PoolPlan, em) -> None:
     a: PoolAttrs = k.attrs
     x, out = k.inputs[0], k.output
     n, c, h, w = x.shape
@@ -303,12 +305,11 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
     (kh, kw), (sy, sx), (pt, pl) = a.kernel, a.stride, a.padding
     int8_avg = _int8_avg(k)
     fill = float("-inf") if a.kind == "max" else float(k.quant.in_zero_point) if int8_avg else 0.0
-    arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
     rin_max, wp = _geometry(k, p.rows)
-    sets = [(arena.alloc(rin_max * wp * p.chans * es, f"input {i}"), arena.alloc(p.rows * ow * p.chans * es, f"output {i}"),
-             arena.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
+    sets = [(em.alloc(rin_max * wp * p.chans * es, f"input {i}"), em.alloc(p.rows * ow * p.chans * es, f"output {i}"),
+             em.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
             for i in range(NSETS)]
-    records = _load_records(em, k, arena)
+    records = _load_records(em, k)
     divisors = record_divisors(a, (h, w), (oh, ow)) if int8_avg else ()
     include = a.count_include_pad
     hc = _counts(oh, sy, pt, h, kh, include)
@@ -339,7 +340,7 @@ def _emit_windows(k: Kernel, p: PoolPlan, em) -> None:
         dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, 0)), (nr, ow, nc), (out.strides[2], out.strides[3], out.strides[1]),
                obuf, (ow * px_s, px_s, es), es)
 
-    pipeline(len(tiles), fetch, pool, NSETS)
+    pipeline(len(tiles), fetch, pool, NSETS, em)
 
 
 def _requant_windows(em, k: Kernel, sums: int, obuf: int, nr: int, ow: int, nc: int, hc: list[int], wc: list[int],

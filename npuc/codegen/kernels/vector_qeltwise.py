@@ -37,13 +37,13 @@ from npuc.codegen.epilogue import (
     rows_block,
     store_pieces,
 )
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, QBinaryAttrs
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
-    burst_bytes,
     canonical,
-    estimate_cycles,
     largest_fitting,
     overlap_cap,
     pipeline,
@@ -141,24 +141,21 @@ class QBinaryKernel:
 
     def plan(self, k: Kernel, target) -> Plan:
         p = _tiling(k, target, 2, self._set_bytes)
-        ops, out = _canonical(k, 2)
-        dram = sum(burst_bytes(t, target.dma.burst_bytes) for t in (*ops, out))
-        steps = 6 if k.attrs.op == "add" else 4
-        lane = out.numel * (steps + 2)
-        tiles = -(-p.rows // p.tile_rows) * -(-p.cols // p.tile_cols)
-        est = estimate_cycles(target, dram, lane, tiles * (steps + 1))
         summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, int32 steps then REQUANT"
-        return Plan(summary, NSETS * self._set_bytes(p.tile_rows, p.tile_cols) + ALIGN, 0, est, p)
+        return tile_plan(summary, self.program(k, p, target), target)
 
     def emit(self, k: Kernel, plan: Plan, em) -> None:
-        p: QEltwisePlan = plan.details
+        emit_program(planned_program(k, plan, em.target, self.program), em)
+
+    def program(self, k: Kernel, p: QEltwisePlan, target) -> TileProgram:
+        """The schedule of ``k`` at tiling ``p``, as data."""
         (a, b), out = _canonical(k, 2)
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
-        record = arena.alloc(8, "requant record")
+        bld = TileBuilder(target, k)
+        record = bld.alloc(8, "requant record")
         rec = k.inputs[2]
-        em.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=record, n0=2)
+        bld.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=record, n0=2)
         n = p.tile_rows * p.tile_cols
-        sets = [tuple(arena.alloc(sz, f"{what} {i}") for what, sz in
+        sets = [tuple(bld.alloc(sz, f"{what} {i}") for what, sz in
                       (("a", n), ("b", n), ("out", n), ("a32", 4 * n), ("b32", 4 * n))) for i in range(NSETS)]
         grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
         q = k.quant
@@ -167,8 +164,8 @@ class QBinaryKernel:
         def fetch(i: int) -> None:
             _, nr, _, nc = grid[i]
             abuf, bbuf = sets[i % NSETS][:2]
-            pending[i] = (_load(em, _block(a, p, grid, i), nr, nc, abuf, n),
-                          _load(em, _block(b, p, grid, i), nr, nc, bbuf, n))
+            pending[i] = (_load(bld, _block(a, p, grid, i), nr, nc, abuf, n),
+                          _load(bld, _block(b, p, grid, i), nr, nc, bbuf, n))
 
         def compute(i: int) -> None:
             _, nr, _, nc = grid[i]
@@ -177,19 +174,19 @@ class QBinaryKernel:
             wide = []
             for t, buf, z, j in ((ta, a32, q.in_zero_points[0], 0), (tb, b32, q.in_zero_points[1], 1)):
                 w = Tile(buf, nr, nc, DType.int32)
-                _widen(em, t, w)
+                _widen(bld, t, w)
                 if z:
-                    emit_vun(em, w, "adds", float(-z))
+                    emit_vun(bld, w, "adds", float(-z))
                 if q.factors:
-                    emit_vun(em, w, "muls", float(q.factors[j]))
+                    emit_vun(bld, w, "muls", float(q.factors[j]))
                 wide.append(w)
-            emit_vbin(em, wide[0], k.attrs.op, wide[0], wide[1])
+            emit_vbin(bld, wide[0], k.attrs.op, wide[0], wide[1])
             o = Tile(obuf, nr, nc, DType.int8)
-            emit_bias_requant(em, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
-            store_pieces(em, o, _block(out, p, grid, i))
+            emit_bias_requant(bld, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
+            store_pieces(bld, o, _block(out, p, grid, i))
 
-        pipeline(len(grid), fetch, compute, NSETS)
-
+        pipeline(len(grid), fetch, compute, NSETS, bld)
+        return bld.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
 
 def _load(em, pieces, nr: int, nc: int, addr: int, capacity: int) -> Tile:
     """An operand block with the fewest bytes (zero strides where it broadcasts)."""
@@ -230,38 +227,37 @@ class LutKernel:
 
     def plan(self, k: Kernel, target) -> Plan:
         p = _tiling(k, target, 1, lambda r, c: _r(r * c))
-        (x,), out = _canonical(k, 1)
-        dram = burst_bytes(x, target.dma.burst_bytes) + burst_bytes(out, target.dma.burst_bytes)
-        tiles = -(-p.rows // p.tile_rows) * -(-p.cols // p.tile_cols)
-        est = estimate_cycles(target, dram, out.numel, tiles)
         summary = f"lut {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, in place"
-        return Plan(summary, NSETS * _r(p.tile_rows * p.tile_cols) + 256, 0, est, p)
+        return tile_plan(summary, self.program(k, p, target), target)
 
     def emit(self, k: Kernel, plan: Plan, em) -> None:
-        p: QEltwisePlan = plan.details
+        emit_program(planned_program(k, plan, em.target, self.program), em)
+
+    def program(self, k: Kernel, p: QEltwisePlan, target) -> TileProgram:
+        """The schedule of ``k`` at tiling ``p``, as data."""
         (x,), out = _canonical(k, 1)
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
-        table = arena.alloc(256, "table")
+        bld = TileBuilder(target, k)
+        table = bld.alloc(256, "table")
         tt = k.inputs[1]
-        em.emit("DMA_LOAD", esize=1, dram_addr=tt.addr, local_addr=table, n0=256)
-        bufs = [arena.alloc(p.tile_rows * p.tile_cols, f"tile {i}") for i in range(NSETS)]
+        bld.emit("DMA_LOAD", esize=1, dram_addr=tt.addr, local_addr=table, n0=256)
+        bufs = [bld.alloc(p.tile_rows * p.tile_cols, f"tile {i}") for i in range(NSETS)]
         grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
 
         def fetch(i: int) -> None:
             _, nr, _, nc = grid[i]
-            load_pieces(em, _block(x, p, grid, i), Tile(bufs[i % NSETS], nr, nc, DType.int8))
+            load_pieces(bld, _block(x, p, grid, i), Tile(bufs[i % NSETS], nr, nc, DType.int8))
 
         def compute(i: int) -> None:
             _, nr, _, nc = grid[i]
             t = Tile(bufs[i % NSETS], nr, nc, DType.int8)
             for r0 in range(0, nr, MAX_COUNT):
                 n1 = min(MAX_COUNT, nr - r0)
-                em.emit("LUT", n0=nc, n1=n1, dst=t.addr + r0 * t.s1, dst_s1=t.s1 if n1 > 1 else 0,
+                bld.emit("LUT", n0=nc, n1=n1, dst=t.addr + r0 * t.s1, dst_s1=t.s1 if n1 > 1 else 0,
                         src=t.addr + r0 * t.s1, src_s1=t.s1 if n1 > 1 else 0, table=table)
-            store_pieces(em, t, _block(out, p, grid, i))
+            store_pieces(bld, t, _block(out, p, grid, i))
 
-        pipeline(len(grid), fetch, compute, NSETS)
-
+        pipeline(len(grid), fetch, compute, NSETS, bld)
+        return bld.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
 
 register_kernel(QBinaryKernel())
 register_kernel(LutKernel())

@@ -20,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, Tile, emit_bias_requant, emit_vun, f32
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, ReduceAttrs
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import zero_point_problem, dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
+from npuc.codegen.kernels.vector_common import zero_point_problem, dtype_problem, largest_fitting, overlap_cap, pipeline, PIPELINE_TILES
 from npuc.codegen.kernels.vector_rows import MAX_N, Operand, move_tile, reduce_rows, row_space, tile_strides, unary_rows
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
@@ -106,21 +108,23 @@ class ReduceKernel:
         kt = -(-K // rows)
         if kt < PIPELINE_TILES:  # few row blocks: cut the rows so loads overlap the reductions
             chunk = min(chunk, max(256, -(-L // -(-PIPELINE_TILES // kt))))
-        n = -(-K // rows) * -(-L // chunk)
-        est = estimate_cycles(target, kernel.inputs[0].nbytes + kernel.output.nbytes, kernel.inputs[0].numel, 2 * n)
         mode = "down columns" if sp.column_mode else "along rows"
-        return Plan(f"{kernel.attrs.op} of {K} rows x {L}, tiles {rows} x {chunk}, {mode}, fp32 accumulation",
-                    NSETS * _r(rows * chunk * es) + 2 * _r(rows * 4), 0, est, ReducePlan(rows, chunk))
+        summary = f"{kernel.attrs.op} of {K} rows x {L}, tiles {rows} x {chunk}, {mode}, fp32 accumulation"
+        return tile_plan(summary, self.program(kernel, ReducePlan(rows, chunk), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, choice, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``choice``, as data."""
         sp = _space(kernel)
         es = kernel.dtype.size
         dt = kernel.dtype.name
         L, K = sp.length, sp.rows
-        p: ReducePlan = plan.details
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
-        bufs = [arena.alloc(p.rows * p.chunk * es, f"tile {i}") for i in range(NSETS)]
-        accs = [arena.alloc(p.rows * 4, f"results {i}") for i in range(2)]
+        p: ReducePlan = choice
+        tb = TileBuilder(target, kernel)
+        bufs = [tb.alloc(p.rows * p.chunk * es, f"tile {i}") for i in range(NSETS)]
+        accs = [tb.alloc(p.rows * 4, f"results {i}") for i in range(2)]
         op = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}[kernel.attrs.op]
         x, out = kernel.inputs[0], kernel.output
         int8 = not kernel.dtype.is_float
@@ -128,8 +132,8 @@ class ReduceKernel:
         records = None
         if int8:
             rec = kernel.inputs[1]
-            records = arena.alloc(8, "requant record")
-            em.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=records, n0=2)
+            records = tb.alloc(8, "requant record")
+            tb.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=records, n0=2)
         steps = [(kb, k0, l0) for kb, k0 in enumerate(range(0, K, p.rows)) for l0 in range(0, L, p.chunk)]
 
         def view(i: int):
@@ -140,24 +144,25 @@ class ReduceKernel:
 
         def fetch(i: int) -> None:
             _, k0, l0, nk, nl, buf, ks, ls = view(i)
-            move_tile(em, "DMA_LOAD", sp, 0, x.addr, k0, nk, l0, nl, buf, ks, ls, es)
+            move_tile(tb, "DMA_LOAD", sp, 0, x.addr, k0, nk, l0, nl, buf, ks, ls, es)
 
         def compute(i: int) -> None:
             kb, k0, l0, nk, nl, buf, ks, ls = view(i)
             acc = accs[kb % 2]
-            reduce_rows(em, op, dt, acc_dt, Operand(buf, ks, ls), nk, nl, acc, 4, acc=l0 > 0)
+            reduce_rows(tb, op, dt, acc_dt, Operand(buf, ks, ls), nk, nl, acc, 4, acc=l0 > 0)
             if l0 + nl < L:
                 return
             if int8:
-                _finish_int8(em, kernel, acc, nk, L, records)
+                _finish_int8(tb, kernel, acc, nk, L, records)
             elif kernel.attrs.op == "mean":
-                unary_rows(em, "VUN", Operand(acc, 4, 0), Operand(acc, 4, 0), nk, 1, op="muls", dtype="fp32",
+                unary_rows(tb, "VUN", Operand(acc, 4, 0), Operand(acc, 4, 0), nk, 1, op="muls", dtype="fp32",
                            imm0=f32(1.0 / L))
             if not int8:
-                unary_rows(em, "VCVT", Operand(acc, es, 0), Operand(acc, 4, 0), nk, 1, src_dtype="fp32", dst_dtype=dt)
-            move_tile(em, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, 1, acc, es, es, es)
+                unary_rows(tb, "VCVT", Operand(acc, es, 0), Operand(acc, 4, 0), nk, 1, src_dtype="fp32", dst_dtype=dt)
+            move_tile(tb, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, 1, acc, es, es, es)
 
-        pipeline(len(steps), fetch, compute, NSETS)
+        pipeline(len(steps), fetch, compute, NSETS, tb)
+        return tb.finish(f"{p.rows} x {p.chunk} tiles", choice)
 
 
 def _int8_problem(k: Kernel) -> str | None:

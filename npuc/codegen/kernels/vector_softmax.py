@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN
-from npuc.codegen.kernel import register_kernel, SramArena
+from npuc.codegen.kernel import register_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, SoftmaxAttrs
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import dtype_problem, estimate_cycles, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import dtype_problem, largest_fitting, overlap_cap, pipeline
 from npuc.codegen.kernels.vector_rows import (
     MAX_N,
     Operand,
@@ -81,23 +83,25 @@ class SoftmaxKernel:
                 f"scratchpad (three buffers), the target has {target.scratchpad.size_bytes}"
             )
         rows = overlap_cap(sp.rows, rows, max(1, 4096 // (L * es)))
-        n = -(-sp.rows // rows)
-        est = estimate_cycles(target, 2 * kernel.output.nbytes, kernel.output.numel * 8, 7 * n)
         mode = "down columns" if sp.column_mode else "along rows"
-        return Plan(f"softmax of {sp.rows} rows x {L}, {rows} rows per tile, {mode}", NSETS * _r(rows * L * es) + 3 * _r(4 * rows),
-                    0, est, SoftmaxPlan(rows))
+        summary = f"softmax of {sp.rows} rows x {L}, {rows} rows per tile, {mode}"
+        return tile_plan(summary, self.program(kernel, SoftmaxPlan(rows), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
+        emit_program(planned_program(kernel, plan, em.target, self.program), em)
+
+    def program(self, kernel: Kernel, choice, target) -> TileProgram:
+        """The schedule of ``kernel`` at tiling ``choice``, as data."""
         sp = _space(kernel)
         es = kernel.dtype.size
         dt = kernel.dtype.name
         L = sp.length
-        R = plan.details.rows
-        arena = SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=kernel.name)
-        tiles = [arena.alloc(R * L * es, f"tile {i}") for i in range(NSETS)]
-        mx = arena.alloc(R * es, "row max")
-        s32 = arena.alloc(R * 4, "row sums")
-        rcp = arena.alloc(R * es, "reciprocal sums")
+        R = choice.rows
+        tb = TileBuilder(target, kernel)
+        tiles = [tb.alloc(R * L * es, f"tile {i}") for i in range(NSETS)]
+        mx = tb.alloc(R * es, "row max")
+        s32 = tb.alloc(R * 4, "row sums")
+        rcp = tb.alloc(R * es, "reciprocal sums")
         x, out = kernel.inputs[0], kernel.output
         starts = list(range(0, sp.rows, R))
 
@@ -109,21 +113,22 @@ class SoftmaxKernel:
 
         def fetch(i: int) -> None:
             k0, nk, buf, ks, ls = view(i)
-            move_tile(em, "DMA_LOAD", sp, 0, x.addr, k0, nk, 0, L, buf, ks, ls, es)
+            move_tile(tb, "DMA_LOAD", sp, 0, x.addr, k0, nk, 0, L, buf, ks, ls, es)
 
         def compute(i: int) -> None:
             k0, nk, buf, ks, ls = view(i)
             t = Operand(buf, ks, ls)
-            reduce_rows(em, "max", dt, dt, t, nk, L, mx, es)
-            binary_rows(em, "sub", dt, t, t, vector_of(mx, es), nk, L)
-            unary_rows(em, "VUN", t, t, nk, L, op="exp", dtype=dt)
-            reduce_rows(em, "sum", dt, "fp32", t, nk, L, s32, 4)
-            em.emit("VUN", op="reciprocal", dtype="fp32", n0=nk, dst=s32, src=s32)
-            em.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nk, dst=rcp, src=s32)
-            binary_rows(em, "mul", dt, t, t, vector_of(rcp, es), nk, L)
-            move_tile(em, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, L, buf, ks, ls, es)
+            reduce_rows(tb, "max", dt, dt, t, nk, L, mx, es)
+            binary_rows(tb, "sub", dt, t, t, vector_of(mx, es), nk, L)
+            unary_rows(tb, "VUN", t, t, nk, L, op="exp", dtype=dt)
+            reduce_rows(tb, "sum", dt, "fp32", t, nk, L, s32, 4)
+            tb.emit("VUN", op="reciprocal", dtype="fp32", n0=nk, dst=s32, src=s32)
+            tb.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nk, dst=rcp, src=s32)
+            binary_rows(tb, "mul", dt, t, t, vector_of(rcp, es), nk, L)
+            move_tile(tb, "DMA_STORE", sp, 1, out.addr, k0, nk, 0, L, buf, ks, ls, es)
 
-        pipeline(len(starts), fetch, compute, NSETS)
+        pipeline(len(starts), fetch, compute, NSETS, tb)
+        return tb.finish(f"{R} rows x {L}", choice)
 
 
 register_kernel(SoftmaxKernel())

@@ -72,7 +72,7 @@ _unary("silu", "x * sigmoid(x) (swish)", F.silu, traits=(E, T))
 _unary("hardswish", "x * relu6(x + 3) / 6", F.hardswish, traits=(E,))
 _unary("hardsigmoid", "relu6(x + 3) / 6", F.hardsigmoid, traits=(E,))
 _unary("exp", "e ** x", torch.exp, traits=(E, T))
-_unary("log", "natural logarithm", torch.log, traits=(T,))
+_unary("log", "natural logarithm", torch.log, traits=(E, T))
 _unary("sqrt", "square root", torch.sqrt, traits=(E, T))
 _unary("rsqrt", "1 / sqrt(x)", torch.rsqrt, traits=(E, T))
 _unary("neg", "-x", torch.neg, accepts="numeric", traits=(E,))
@@ -279,7 +279,7 @@ register(
     )
 )
 
-_unary("log1p", "log(1 + x), accurate for small x", torch.log1p)
+_unary("log1p", "log(1 + x), accurate for small x", torch.log1p, traits=(E, T))
 _unary("expm1", "exp(x) - 1, accurate for small x", torch.expm1)
 
 

@@ -229,5 +229,6 @@ register(
         max_inputs=3,
         category="linalg",
         operands=("x", "w", "[b]"),
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
     )
 )

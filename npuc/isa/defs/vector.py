@@ -16,7 +16,7 @@ from npuc.isa.defs.common import (
     vector_actions,
     vector_timing,
 )
-from npuc.isa.enums import BinOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
+from npuc.isa.enums import BinOp, CmpOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
 from npuc.isa.fields import Derived, addr, choice, count, f32, flag, sint, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.numerics import requantize, to_dtype, unary, widen
@@ -153,11 +153,12 @@ _vector(
     "dst = f(src) elementwise. copy: x; relu: max(x, 0); clamp: min(max(x, imm0), imm1); neg: -x; "
     "abs: |x|; adds: x + imm0; muls: x * imm0; then, floats only: exp, sigmoid 1/(1+e^-x), tanh, "
     "gelu x/2 (1 + erf(x/sqrt 2)) (erf by Abramowitz & Stegun 7.1.26), gelu_tanh, silu x sigmoid(x), "
-    "hardswish x relu6(x+3)/6, hardsigmoid relu6(x+3)/6, rsqrt, reciprocal, sqrt. Floats are "
+    "hardswish x relu6(x+3)/6, hardsigmoid relu6(x+3)/6, rsqrt, reciprocal, sqrt, log (natural), "
+    "log1p log(1 + x) (accurate near 0). Floats are "
     "computed in fp32 and rounded to `dtype`; integers exactly (immediates as real numbers), then "
     "rounded half to even and saturated.",
     "Lane-ops: n0 x n1 x the op's cost (1 for simple ops; exp 4, sigmoid 6, tanh 6, gelu 8, "
-    f"gelu_tanh 8, silu 7, hardswish 3, hardsigmoid 2, rsqrt 4, reciprocal 4, sqrt 4). {_RW_DOC}.",
+    f"gelu_tanh 8, silu 7, hardswish 3, hardsigmoid 2, rsqrt 4, reciprocal 4, sqrt 4, log 5, log1p 6). {_RW_DOC}.",
     check=lambda a, t: float_problem(t, a.dtype),
     validate=_vun_validate,
 )
@@ -432,6 +433,127 @@ _vector(
     lambda a: a.n0 * a.n1,
     "dst[i1][i0] = convert(value, dtype) for i1 < n1, i0 < n0.",
     f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype}),
+)
+
+
+# ------------------------------------------------------------------------------------ VCMP
+_CMP = {
+    CmpOp.eq: np.equal,
+    CmpOp.ne: np.not_equal,
+    CmpOp.lt: np.less,
+    CmpOp.le: np.less_equal,
+    CmpOp.gt: np.greater,
+    CmpOp.ge: np.greater_equal,
+}
+
+
+def _vcmp_exec(st, a, regions) -> None:
+    x, y, dst = regions
+    with np.errstate(invalid="ignore"):
+        mask = _CMP[a.op](widen(st.read(x)), widen(st.read(y)))
+    st.write(dst, mask.astype(a.dtype.np))
+
+
+_vector(
+    "VCMP",
+    0x38,
+    "Elementwise comparison (eq, ne, lt, le, gt, ge) giving a 0/1 mask per lane, with broadcasting by zero strides.",
+    [
+        choice("op", 3, CmpOp, "the comparison"),
+        _dtype("dtype", "element type of a, b and the mask dst"),
+        *_counts(),
+        *operand("dst", "the mask (1 where the comparison holds, else 0)", _es("dtype")),
+        *operand("a", "the first operand", _es("dtype")),
+        *operand("b", "the second operand", _es("dtype")),
+    ],
+    lambda a: (region2d(a, "a", a.dtype, "r"), region2d(a, "b", a.dtype, "r"), region2d(a, "dst", a.dtype, "w")),
+    _vcmp_exec,
+    lambda a: a.n0 * a.n1,
+    "dst[i1][i0] = 1 if a[i1][i0] op b[i1][i0] else 0, written in `dtype` (1.0 / 0.0 for floats). "
+    "Values are compared exactly (integers) or as they are stored (floats; IEEE: a NaN operand makes "
+    "every comparison false except ne). A boolean of the graph lives on the NPU as such a mask: "
+    "logical and / or of masks are VBIN mul / max, logical not is 1 - mask; VSEL selects by it. "
+    "A threshold is a one-element operand broadcast with b_s0 = b_s1 = 0.",
+    f"Lane-ops: n0 x n1. {_RW_DOC}.",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype, "a": a.dtype, "b": a.dtype}),
+)
+
+
+# ------------------------------------------------------------------------------------ VSEL
+def _vsel_exec(st, a, regions) -> None:
+    mask, x, dst = regions
+    st.write(dst, np.where(st.read(mask) != 0, st.read(x), st.read(dst)))
+
+
+_vector(
+    "VSEL",
+    0x39,
+    "Masked move: dst takes a where the mask is nonzero and keeps its value elsewhere (where, masked_fill).",
+    [
+        _dtype("dtype", "element type of the mask, a and dst"),
+        *_counts(),
+        *operand("dst", "the result (read: the value where the mask is zero)", _es("dtype")),
+        *operand("mask", "the mask", _es("dtype")),
+        *operand("a", "the value where the mask is nonzero", _es("dtype")),
+    ],
+    lambda a: (region2d(a, "mask", a.dtype, "r"), region2d(a, "a", a.dtype, "r"), region2d(a, "dst", a.dtype, "rw")),
+    _vsel_exec,
+    lambda a: a.n0 * a.n1,
+    "dst[i1][i0] = a[i1][i0] if mask[i1][i0] != 0 else dst[i1][i0]: the chosen value is copied bit for "
+    "bit (infinities and NaNs included; -0.0 counts as zero in the mask). where(m, a, b) is b "
+    "loaded into dst, then VSEL with a. The mask is the 0/1 result of VCMP (or any tensor: nonzero "
+    "selects a). A constant a is a one-element operand broadcast with a_s0 = a_s1 = 0.",
+    f"Lane-ops: n0 x n1. {_RW_DOC} (dst is read and written).",
+    check=lambda a, t: float_problem(t, a.dtype),
+    validate=lambda a: acc_operand_problem(a, {"dst": a.dtype, "mask": a.dtype, "a": a.dtype}),
+)
+
+
+# ------------------------------------------------------------------------------------ VGATHER
+def _vgather_regions(a):
+    es = a.dtype.size
+    return (
+        Region(Mem.spad, a.idx, (a.n1,), (a.idx_s,), DType.int32.np, "r", "idx"),
+        Region(Mem.spad, a.table, (a.table_rows, a.n0), (a.table_s1, es), a.dtype.np, "r", "table"),
+        region2d(a, "dst", a.dtype, "w"),
+    )
+
+
+def _vgather_exec(st, a, regions) -> None:
+    idx_r, table_r, dst = regions
+    idx = st.read(idx_r).astype(np.int64)
+    bad = np.flatnonzero((idx < 0) | (idx >= a.table_rows))
+    if bad.size:
+        i = int(bad[0])
+        raise SimulationError(f"VGATHER row index {int(idx[i])} (index {i}) is outside the table's {a.table_rows} rows")
+    st.write(dst, st.read(table_r)[idx])
+
+
+_vector(
+    "VGATHER",
+    0x3A,
+    "Gather rows of a table in the scratchpad by computed int32 row indices (grid sampling, gathers).",
+    [
+        _dtype("dtype", "element type of the table and dst"),
+        *_counts(),
+        *operand("dst", "the gathered rows", _es("dtype")),
+        addr("idx", LOCAL_ADDR_BITS, "scratchpad byte address of the n1 int32 row indices"),
+        uint("idx_s", 16, "byte stride between row indices", default=Derived("4")),
+        addr("table", LOCAL_ADDR_BITS, "scratchpad byte address of table row 0"),
+        count("table_rows", "rows of the table (an index must be below it)"),
+        uint("table_s1", 24, "byte stride between table rows", default=Derived("n0 * dtype.size")),
+    ],
+    _vgather_regions,
+    _vgather_exec,
+    lambda a: a.n0 * a.n1 + a.n1,
+    "dst[i1][i0] = table[idx[i1]][i0] for i1 < n1, i0 < n0: row idx[i1] (int32 at idx + i1*idx_s) of "
+    "the table, element i0 at table + idx[i1]*table_s1 + i0*esize. An index outside [0, table_rows) "
+    "stops the simulator with an error (the compiler clamps indices and zeroes the weights of "
+    "samples outside the input). The whole table counts as read.",
+    f"Lane-ops: n0 x n1 + n1 (one address computation per row). {_RW_DOC} (the whole table counts as read).",
     check=lambda a, t: float_problem(t, a.dtype),
     validate=lambda a: acc_operand_problem(a, {"dst": a.dtype}),
 )

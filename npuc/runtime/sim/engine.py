@@ -54,7 +54,8 @@ class Schedule:
 Observer = Callable[[int, MachineState], None]
 
 
-def run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None) -> Schedule:
+def run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None,
+        origin: Sequence[int] | None = None) -> Schedule:
     """Schedule ``steps`` (and execute them on ``state`` unless it is None); ``observe(index,
     state)`` is called after each instruction's functional effect, in execution order.
 
@@ -62,10 +63,11 @@ def run(steps: Sequence[Step], state: MachineState | None, observe: Observer | N
     as on the hardware, so numpy's warnings about them are silenced during the run.
     """
     with np.errstate(all="ignore"):
-        return _run(steps, state, observe)
+        return _run(steps, state, observe, origin)
 
 
-def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None) -> Schedule:
+def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | None = None,
+         origin: Sequence[int] | None = None) -> Schedule:
     queues: list[list[int]] = [[] for _ in range(_NQ)]  # program indices per queue
     for i, s in enumerate(steps):
         queues[s.queue].append(i)
@@ -109,7 +111,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
             if best_q < 0 or (t, asked) < (best_t, best_asked):
                 best_t, best_q, best_asked = t, q, asked
         if best_q < 0:
-            raise SimulationError(_deadlock(steps, queues, head, chans))
+            raise SimulationError(_deadlock(steps, queues, head, chans, origin))
         index = queues[best_q][head[best_q]]
         s = steps[index]
         head[best_q] += 1
@@ -117,7 +119,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         for c in s.waits:
             chans[c].popleft()
         if state is not None:
-            _execute(index, s, state)
+            _execute(index, s, state, origin)
             if observe is not None:
                 observe(index, state)
         start = best_t
@@ -147,14 +149,15 @@ def _conflict(a: Step, b: Step) -> bool:
     return False
 
 
-def _execute(index: int, s: Step, state: MachineState) -> None:
+def _execute(index: int, s: Step, state: MachineState, origin: Sequence[int] | None) -> None:
     try:
         s.defn.execute(state, s.instr.args, s.regions)
     except SimulationError as e:
-        raise SimulationError(f"{describe(index, s.instr)}: {e}") from None
+        raise SimulationError(f"{describe(index, s.instr, origin)}: {e}") from None
 
 
-def _deadlock(steps: Sequence[Step], queues: list[list[int]], head: list[int], chans: list[deque[int]]) -> str:
+def _deadlock(steps: Sequence[Step], queues: list[list[int]], head: list[int], chans: list[deque[int]],
+              origin: Sequence[int] | None) -> str:
     lines = ["deadlock: no queue can proceed"]
     for q, lst in enumerate(queues):
         if head[q] == len(lst):
@@ -162,7 +165,7 @@ def _deadlock(steps: Sequence[Step], queues: list[list[int]], head: list[int], c
         index = lst[head[q]]
         s = steps[index]
         lines.append(
-            f"  the {Queue(q).name} queue stalls at {describe(index, s.instr)}: it waits for a "
+            f"  the {Queue(q).name} queue stalls at {describe(index, s.instr, origin)}: it waits for a "
             f"token on {' and '.join(CHANNELS[c] for c in s.waits if not chans[c])}, which never arrives"
         )
     return "\n".join(lines)

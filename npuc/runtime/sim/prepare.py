@@ -47,9 +47,13 @@ class Step:
     pipelines_after: tuple[str, ...]
 
 
-def describe(index: int, ins: Instr) -> str:
-    """How errors name an instruction: its index and its text."""
-    return f"instruction {index} `{ins}`"
+def describe(index: int, ins: Instr, origin: Sequence[int] | None = None) -> str:
+    """How errors name an instruction: its index in the encoded program and its text.  In a
+    program with LOOPs, ``origin`` maps the expanded stream's ``index`` to the encoded
+    instruction, and the message says which step of the expanded stream it was."""
+    if origin is None or origin[index] == index:
+        return f"instruction {index} `{ins}`"
+    return f"instruction {origin[index]} `{ins}` (step {index} of the stream its LOOPs expand to)"
 
 
 def tokens(deps: Deps, q: Queue) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -41,15 +41,15 @@ def _clash(a: Region, b: Region) -> tuple[int, int] | None:
     return (int(common[0]), int(common[-1])) if common.size else None
 
 
-def _conflict(i: int, si: Step, j: int, sj: Step) -> str | None:
+def _conflict(i: int, si: Step, j: int, sj: Step, origin: Sequence[int] | None) -> str | None:
     for ra in si.regions:
         for rb in sj.regions:
             hit = _clash(ra, rb)
             if hit:
                 first, last = hit
                 return (
-                    f"race on {ra.mem.name.upper()} bytes 0x{first:x}..0x{last:x}: {describe(i, si.instr)} "
-                    f"({Queue(si.queue).name} queue) {_VERB[ra.access]} them while {describe(j, sj.instr)} "
+                    f"race on {ra.mem.name.upper()} bytes 0x{first:x}..0x{last:x}: {describe(i, si.instr, origin)} "
+                    f"({Queue(si.queue).name} queue) {_VERB[ra.access]} them while {describe(j, sj.instr, origin)} "
                     f"({Queue(sj.queue).name} queue) {_VERB[rb.access]} them, with no dependency token ordering the two"
                 )
     return None
@@ -60,8 +60,10 @@ def _pipelined(a: Step, b: Step) -> bool:
     return a.instr.op == b.instr.op == "MATMUL"
 
 
-def find_race(steps: Sequence[Step], starts: Sequence[int], ends: Sequence[int]) -> str | None:
-    """The first race of a scheduled program (by start time), or None."""
+def find_race(steps: Sequence[Step], starts: Sequence[int], ends: Sequence[int],
+              origin: Sequence[int] | None = None) -> str | None:
+    """The first race of a scheduled program (by start time), or None; ``origin`` names the
+    encoded instructions of a program with LOOPs (see ``describe``)."""
     order = sorted(range(len(steps)), key=lambda i: (starts[i], i))
     active: list[int] = []
     for i in order:
@@ -74,7 +76,7 @@ def find_race(steps: Sequence[Step], starts: Sequence[int], ends: Sequence[int])
                 continue
             if _pipelined(si, sj):
                 continue
-            reason = _conflict(i, si, j, sj)
+            reason = _conflict(i, si, j, sj, origin)
             if reason:
                 return reason
         if ends[i] > t:

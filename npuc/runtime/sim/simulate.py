@@ -57,9 +57,9 @@ def simulate(
         image = np.zeros(size, np.uint8) if dram is None else np.frombuffer(bytes(dram), dtype=np.uint8).copy()
         spad = np.zeros(target.scratchpad.size_bytes, np.uint8)
         state = MachineState(image, spad, np.zeros(target.accumulator.size_bytes, np.uint8))
-    sched = run(steps, state, observe)
+    sched = run(steps, state, observe, origin)
     if check_races:
-        race = find_race(steps, sched.starts, sched.ends)
+        race = find_race(steps, sched.starts, sched.ends, origin)
         if race:
             raise SimulationError(race)
     return _result(steps, sched, target, state, origin)

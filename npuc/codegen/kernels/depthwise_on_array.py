@@ -1,0 +1,257 @@
+"""``depthwise_conv2d`` on the array: one diagonal weight tile per tap and block of channels.
+
+The vector unit computes a depthwise convolution with one multiply and one add per tap
+(``vector_depthwise``).  The weight-stationary array can do it too: for tap (dy, dx) and a block
+of ``kb`` channels (``kb`` = the smaller array side), the weight tile ``diag(w[dy, dx, c0 ..
+c0+kb])`` turns the shifted input window (``kb`` contiguous channels per pixel) into that tap's
+products of the block, and the accumulator adds the taps up for free.  Only ``kb`` of the
+array's ``rows x cols`` MACs do useful work, so the array is as fast per tap as a vector unit
+with as many lanes, but it needs no add step and leaves the vector unit to the epilogue, which
+runs beside the next tile's MATMULs.  ``DepthwiseKernel.plan`` builds both tile programs and
+keeps the one the cost model finds cheaper, per layer.
+
+Layout.  Tiles are (image, channel block, output rows), channel blocks outer.  The weights are
+loaded once tap-major (as for the vector kernel).  The diagonal tiles ``[taps][blocks][kb][kb]``
+are zero-filled once; for each channel block their diagonals are copied from the weights (one
+strided VUN per tap group).  Per tile: input rows into a padded buffer (``fetch_padded``, borders
+VFILLed with 0 or the int8 zero point), then per channel block and tap one LOAD_WEIGHTS and one
+MATMUL walking the whole output tile (two-level row loop: horizontal stride, then rows) into an
+accumulator tile; two accumulator tiles alternate.  The epilogue converts the accumulator tile
+(fp16: VCVT fp32 -> fp16; int8: the folded bias added in int32, then REQUANT per channel: the
+same integer sums as the vector kernel's, so the same bits), applies the fused epilogue ops and
+stores it.
+
+Numerics (fp16): products exact in fp32 and sums in fp32, one rounding to fp16 per output
+(the vector kernel rounds after every multiply and add).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npuc.codegen.epilogue import (
+    ALIGN,
+    MAX_COUNT,
+    Tile,
+    alloc_epilogue,
+    apply_epilogue,
+    channels_last_block,
+    dma_nd,
+    emit_acc_to_tile,
+    emit_bias_requant,
+    epilogue_blocks,
+    epilogue_spad_bytes,
+    load_epilogue_operands,
+    store_pieces,
+    vector_nd,
+)
+from npuc.codegen.kernels.vector_common import fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.tile_builder import TileBuilder
+from npuc.isa.enums import Dataflow, DType
+from npuc.kir.kernel import Kernel
+from npuc.kir.tile_program import TileProgram
+
+NSETS = 3
+ACC_TILES = 2
+
+
+@dataclass(frozen=True)
+class ArrayDepthwisePlan:
+    """``rows`` output rows x ``chans`` channels per tile, on the array."""
+
+    rows: int
+    chans: int
+    kh: int
+    kw: int
+
+
+def _r(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _block(target) -> int:
+    return min(target.array.rows, target.array.cols)
+
+
+def array_problem(k: Kernel, target) -> str | None:
+    """Why this depthwise kernel cannot run on the array of ``target``, or None."""
+    if k.dtype.name not in target.array.dtypes:
+        return f"the array of '{target.name}' has no {k.dtype.name} MACs"
+    if not target.supports_dataflow(Dataflow.weight_stationary):
+        return f"the array of '{target.name}' has no weight-stationary dataflow"
+    return None
+
+
+def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
+    a = k.attrs
+    kh, kw = k.inputs[1].shape[2:]
+    ow = k.output.shape[3]
+    return (rows - 1) * a.stride[0] + (kh - 1) * a.dilation[0] + 1, (ow - 1) * a.stride[1] + (kw - 1) * a.dilation[1] + 1
+
+
+def _fixed_spad(k: Kernel, chans: int, kb: int) -> int:
+    es = k.dtype.size
+    kh, kw = k.inputs[1].shape[2:]
+    c = k.inputs[0].shape[1]
+    taps = kh * kw
+    fixed = _r(taps * c * es) + _r(taps * -(-chans // kb) * kb * kb * es)
+    if not k.dtype.is_float:
+        fixed += _r(c * 4) + _r(c * 8)
+    return fixed
+
+
+def _set_spad(k: Kernel, rows: int, chans: int) -> int:
+    es = k.dtype.size
+    rin, wp = _geometry(k, rows)
+    ow = k.output.shape[3]
+    return (_r(rin * wp * chans * es) + _r(rows * ow * chans * es)
+            + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1))
+
+
+def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
+    """The tilings worth costing: all channels per tile, and blocks of 2 and 4 array widths of
+    channels, each with as many output rows as the scratchpad and accumulator allow (wide
+    blocks make fewer tiles, narrow ones longer MATMULs; the cost model decides)."""
+    if array_problem(k, target):
+        return []
+    kb = _block(target)
+    n, c = k.inputs[0].shape[:2]
+    oh, ow = k.output.shape[2:]
+    spad, acc = target.scratchpad.size_bytes, target.accumulator.size_bytes
+    out: list[ArrayDepthwisePlan] = []
+    for chans in sorted({min(c, (MAX_COUNT // kb) * kb), min(c, 4 * kb), min(c, 2 * kb)}, reverse=True):
+        def fits(r: int, ch: int = chans) -> int:
+            over_acc = ACC_TILES * _r(r * ow * ch * 4) > acc
+            return spad + 1 if over_acc else _fixed_spad(k, ch, kb) + NSETS * _set_spad(k, r, ch)
+
+        rows = largest_fitting(fits, spad, min(oh, MAX_COUNT))
+        if rows:
+            rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (ow * chans * k.dtype.size)))
+            out.append(ArrayDepthwisePlan(rows, chans, *k.inputs[1].shape[2:]))
+    return out
+
+
+def array_matmul_cycles(k: Kernel, target) -> int:
+    """A lower bound of the array schedule: one input row per cycle for every output pixel, tap
+    and block of channels (the MATMULs' own time, nothing else)."""
+    n, c = k.inputs[0].shape[:2]
+    oh, ow = k.output.shape[2:]
+    kh, kw = k.inputs[1].shape[2:]
+    return n * oh * ow * kh * kw * -(-c // _block(target))
+
+
+def array_program(k: Kernel, p: ArrayDepthwisePlan, target) -> TileProgram:
+    """The schedule of depthwise kernel ``k`` on the array at tiling ``p``, as data."""
+    tb = TileBuilder(target, k)
+    _ArrayDepthwise(k, p, tb).run()
+    return tb.finish(f"{p.rows} output rows x {p.chans} channels on the array", p)
+
+
+class _ArrayDepthwise:
+    """The steps of one depthwise kernel on the array (state shared by the per-tile steps)."""
+
+    def __init__(self, k: Kernel, p: ArrayDepthwisePlan, tb: TileBuilder) -> None:
+        self.k, self.p, self.tb = k, p, tb
+        x = k.inputs[0]
+        self.n, self.c = x.shape[:2]
+        self.oh, self.ow = k.output.shape[2:]
+        self.kh, self.kw = k.inputs[1].shape[2:]
+        self.taps = self.kh * self.kw
+        self.es = k.dtype.size
+        self.int8 = not k.dtype.is_float
+        self.kb = _block(tb.target)
+        self.nblk = -(-p.chans // self.kb)
+        self.rin, self.wp = _geometry(k, p.rows)
+        es, ow = self.es, self.ow
+        self.wbuf = tb.alloc(self.taps * self.c * es, "weights")
+        self.diag = tb.alloc(self.taps * self.nblk * self.kb * self.kb * es, "diagonal weights")
+        if self.int8:
+            self.bias = tb.alloc(self.c * 4, "bias")
+            self.records = tb.alloc(self.c * 8, "requant records")
+        self.sets = []
+        for i in range(NSETS):
+            ibuf = tb.alloc(self.rin * self.wp * p.chans * es, f"input {i}")
+            obuf = tb.alloc(p.rows * ow * p.chans * es, f"output {i}")
+            bufs = alloc_epilogue(tb, k.epilogue, p.rows * ow, p.chans, k.dtype, col_dim=1)
+            self.sets.append((ibuf, obuf, bufs))
+        self.accs = [tb.alloc(p.rows * ow * p.chans * 4, f"accumulator {i}", mem="acc") for i in range(ACC_TILES)]
+        self.tiles = [(b, c0, o0) for b in range(self.n) for c0 in range(0, self.c, p.chans)
+                      for o0 in range(0, self.oh, p.rows)]
+        self.loaded: dict[int, tuple] = {}
+
+    def run(self) -> None:
+        k, tb, es = self.k, self.tb, self.es
+        w = k.inputs[1]
+        dma_nd(tb, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
+               self.wbuf, (self.kw * self.c * es, self.c * es, es), es)
+        if self.int8:
+            bias, rec = k.inputs[2], k.inputs[3]
+            dma_nd(tb, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
+            dma_nd(tb, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
+        cells = self.kb * self.kb
+        tb.emit("VFILL", dtype=k.dtype.name, n0=cells, n1=self.taps * self.nblk, dst=self.diag,
+                dst_s1=cells * es if self.taps * self.nblk > 1 else 0, value=0.0)
+        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, tb)
+
+    def _view(self, i: int) -> tuple[int, int, int, int, int, int]:
+        b, c0, o0 = self.tiles[i]
+        nr, nc = min(self.p.rows, self.oh - o0), min(self.p.chans, self.c - c0)
+        return b, c0, o0, nr, nc, (b * self.oh + o0) * self.ow
+
+    def fetch(self, i: int) -> None:
+        a = self.k.attrs
+        b, c0, o0, nr, nc, r0 = self._view(i)
+        ibuf, _, bufs = self.sets[i % NSETS]
+        rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
+        pad = float(self.k.quant.in_zero_point) if self.int8 else 0.0
+        fetch_padded(self.tb, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1],
+                     ibuf, pad)
+        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_block(t, r0, nr * self.ow, c0, nc))
+        self.loaded[i] = load_epilogue_operands(self.tb, self.k.epilogue, bufs, blocks, nr * self.ow, nc)
+
+    def _diagonals(self, c0: int, nc: int) -> None:
+        """Copy the weights of channels c0 .. c0+nc onto the diagonals of the tap tiles."""
+        es, kb = self.es, self.kb
+        cells = kb * kb * es
+        full, rest = divmod(nc, kb)
+        dt = self.k.dtype.name
+        tap_s = self.nblk * cells
+        if full:
+            vector_nd(self.tb, "VUN", (self.taps, full, kb),
+                      {"dst": (self.diag, (tap_s, cells, (kb + 1) * es)),
+                       "src": (self.wbuf + c0 * es, (self.c * es, kb * es, es))}, op="copy", dtype=dt)
+        if rest:
+            vector_nd(self.tb, "VUN", (self.taps, rest),
+                      {"dst": (self.diag + full * cells, (tap_s, (kb + 1) * es)),
+                       "src": (self.wbuf + (c0 + full * kb) * es, (self.c * es, es))}, op="copy", dtype=dt)
+
+    def compute(self, i: int) -> None:
+        a, k, tb, es, ow = self.k.attrs, self.k, self.tb, self.es, self.ow
+        b, c0, o0, nr, nc, r0 = self._view(i)
+        ibuf, obuf, _ = self.sets[i % NSETS]
+        acc = self.accs[i % ACC_TILES]
+        if i == 0 or self._view(i - 1)[1] != c0:
+            self._diagonals(c0, nc)
+        row_s, px_s = self.wp * nc * es, nc * es
+        dt = k.dtype.name
+        kb = self.kb
+        for blk in range(-(-nc // kb)):
+            n = min(kb, nc - blk * kb)
+            for t in range(self.taps):
+                dy, dx = divmod(t, self.kw)
+                tb.emit("LOAD_WEIGHTS", dtype=dt, addr=self.diag + ((t * self.nblk + blk) * kb * kb) * es, k=n, n=n,
+                        s_n=es, s_k=kb * es)
+                tb.emit("MATMUL", dtype=dt, acc=int(t > 0), k=n, n=n,
+                        in_addr=ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s + blk * kb * es,
+                        m0=ow, m1=nr, in_s0=a.stride[1] * px_s, in_s1=a.stride[0] * row_s,
+                        out_addr=acc + blk * kb * 4, out_s0=nc * 4, out_s1=ow * nc * 4)
+        q = k.quant
+        tile = Tile(obuf, nr * ow, nc, k.dtype)
+        if self.int8:
+            sums = Tile(acc, nr * ow, nc, DType.int32, space="acc")
+            bias = Tile(self.bias + c0 * 4, nr * ow, nc, DType.int32, s1=0)
+            emit_bias_requant(tb, sums, tile, bias, self.records + c0 * 8, q.out_zero_point, q.qmin, q.qmax)
+        else:
+            emit_acc_to_tile(tb, Tile(acc, nr * ow, nc, DType.fp32, space="acc"), tile)
+        apply_epilogue(tb, k.epilogue, tile, self.loaded.pop(i))
+        store_pieces(tb, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))

@@ -1,0 +1,159 @@
+"""Fusion across layers (``fused_chain``, npuc/lower/cascade.py): fused chains against PyTorch eager
+(fp16) and the integer reference (int8, bit for bit), with stripes that do not divide the heights,
+stride 2, padding and residual adds; fewer DRAM bytes than the same layers unfused; the kernel IR
+text form of a chain parses back; compiling twice gives the same bytes.  The simulator's race
+detector runs on every program (``art.run``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import npuc
+from npuc.artifact import compile_graph
+from npuc.frontend.quantized import import_quantized
+from npuc.interp import interpret
+from npuc.kir.text import parse_kernel, print_kernel
+from npuc.pipeline import run_graph_passes
+from npuc.targets import load_target
+
+FP16_TOL = 2e-2  # fp16 storage of every intermediate, fp32 accumulation
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNetV2's block: 1x1 expand, depthwise 3x3 (stride ``stride``), 1x1 project (+ x)."""
+
+    def __init__(self, c: int, e: int, out: int, stride: int) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c, e, 1)
+        self.dw = torch.nn.Conv2d(e, e, 3, stride=stride, padding=1, groups=e)
+        self.project = torch.nn.Conv2d(e, out, 1)
+        self.residual = stride == 1 and c == out
+
+    def forward(self, x):
+        y = self.project(torch.nn.functional.relu6(self.dw(torch.nn.functional.relu6(self.expand(x)))))
+        return x + y if self.residual else y
+
+
+class TwoBlocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = InvertedResidual(8, 32, 16, 2)
+        self.b = InvertedResidual(16, 48, 16, 1)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+class BasicBlock(torch.nn.Module):
+    """ResNet's basic block: 3x3 conv, relu, 3x3 conv, + x, relu."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.c2(torch.relu(self.c1(x))))
+
+
+class Stem(torch.nn.Module):
+    """ResNet's stem and a first conv: 3x3/2 conv, relu, 3x3/2 max pool (padded), 3x3 conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(self.pool(torch.relu(self.c1(x))))
+
+
+class HardswishBlock(torch.nn.Module):
+    """MobileNetV3's block without squeeze-excitation: int8 hardswish activations are LUT kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 32, 1)
+        self.b = torch.nn.Conv2d(32, 32, 5, stride=2, padding=2, groups=32)
+        self.c = torch.nn.Conv2d(32, 8, 1)
+
+    def forward(self, x):
+        h = torch.nn.functional.hardswish
+        return self.c(h(self.b(h(self.a(x)))))
+
+
+def small_spad(kib: int):
+    """npu-mid with a smaller scratchpad, so that the chains need several stripes."""
+    t = load_target("npu-mid")
+    return replace(t, scratchpad=replace(t.scratchpad, size_bytes=kib * 1024))
+
+
+def chains(art):
+    return [lk for c in art.compiled.codes for lk in c.segment.kernels if lk.kernel.kind == "fused_chain"]
+
+
+def stripes(lk) -> int:
+    return -(-lk.kernel.output.shape[2] // lk.kernel.attrs.stripe_rows)
+
+
+@pytest.mark.parametrize("model,shape,kib", [
+    (TwoBlocks, (1, 8, 37, 23), 64),
+    (lambda: BasicBlock(16), (1, 16, 45, 31), 32),
+    (lambda: InvertedResidual(16, 64, 16, 1), (1, 16, 31, 17), 512),
+    (Stem, (1, 3, 67, 45), 32),
+], ids=["inverted-residual-stride2", "basic-block", "whole-tensors", "conv-maxpool-conv"])
+def test_fp16_chains_match_eager_and_move_fewer_bytes(model, shape, kib):
+    torch.manual_seed(0)
+    m = model().eval()
+    x = torch.randn(shape)
+    target = small_spad(kib)
+    fused = npuc.compile(m, (x,), target=target)
+    unfused = npuc.compile(m, (x,), target=target, fuse_layers=False)
+    cs = chains(fused)
+    assert cs and not chains(unfused)
+    if kib < 512:
+        assert any(stripes(lk) > 1 for lk in cs)
+    (want,) = (m(x),)
+    (got,) = fused.run(x)
+    err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
+    assert err < FP16_TOL
+    assert fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
+
+
+@pytest.mark.parametrize("model,shape,member,kib", [
+    (TwoBlocks, (1, 8, 37, 23), "qbinary", 48),  # the residual qadd inside the chain
+    (Stem, (1, 3, 67, 45), "pool2d", 16),  # a padded max pool inside the chain
+    (HardswishBlock, (1, 8, 41, 27), "lut", 24),  # LUT activations inside the chain
+], ids=["inverted-residual", "conv-maxpool-conv", "hardswish-lut"])
+def test_int8_chain_is_bit_exact_with_uneven_stripes(model, shape, member, kib):
+    torch.manual_seed(1)
+    m = model().eval()
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="chain"))
+    (want,) = interpret(g, x)
+    target = small_spad(kib)
+    fused = compile_graph(g, target, quantize="int8")
+    cs = chains(fused)
+    assert cs and any(stripes(lk) > 1 for lk in cs)
+    assert any(member in (mm.kind for mm in lk.kernel.attrs.members) for lk in cs)
+    (got,) = fused.run(x)
+    assert torch.equal(got, want)
+    unfused = compile_graph(g, target, quantize="int8", fuse_layers=False)
+    assert fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
+
+
+def test_chain_text_round_trips_and_compiles_deterministically():
+    torch.manual_seed(2)
+    m = InvertedResidual(8, 32, 8, 1).eval()
+    x = torch.randn(1, 8, 19, 11)
+    a = npuc.compile(m, (x,), target=small_spad(64))
+    b = npuc.compile(m, (x,), target=small_spad(64))
+    assert a.to_bytes() == b.to_bytes()
+    (lk,) = chains(a)
+    assert parse_kernel(print_kernel(lk)) == lk
+    assert "kernel" in print_kernel(lk).split("{", 1)[1]  # members nest in the text form

@@ -1,0 +1,216 @@
+"""Input bands, burst-sized transfers and accumulator-aware tiling of the array kernels.
+
+Banded tilings (an input buffer holding the rows of several output-row tiles, loaded row by row
+as the tiles need them, single or double buffered, either loop order) and weight blocks of every
+output channel (``wide_weights``) are forced on convolutions
+with padding, strides, dilation, several reduction and channel blocks, column tiles and batches,
+and checked against PyTorch (fp16, relative L2 within 2e-3) and the quantized op's reference
+(int8, bit for bit); every simulation runs the race detector.  The cost model follows the
+simulator on banded tilings, and the 56x56x64 3x3 layer moves its compulsory bytes only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.harness import place, run_kernel
+from npuc.codegen.kernel import get_kernel
+from npuc.codegen.kernels import array_conv
+from npuc.codegen.kernels.array_conv import WEIGHT_ORDER, conv_problem
+from npuc.ir.opdef import get_op
+from npuc.ir.ops.linalg import Conv2dAttrs, conv_output_size
+from npuc.ir.ops.quantized import QConv2dAttrs, quant_type
+from npuc.ir.types import DType as IRType, QuantParams, TensorType
+from npuc.isa.enums import Dataflow, DType
+from npuc.kir.kernel import EpilogueOp, Kernel, QuantAttrs
+from npuc.kir.tensor import NHWC, DramTensor
+from npuc.quant import arith
+from npuc.runtime.sim import simulate
+from npuc.schedule.cost import compulsory_bytes, estimate, lower_bound
+from npuc.schedule.problem import ArrayTiling, footprint, steps
+from npuc.schedule.search import _reduction_blocks, _shapes
+from npuc.schedule.transfers import band_loads
+from npuc.targets import load_target
+
+FP16, I8, I32 = DType.fp16, DType.int8, DType.int32
+MID = load_target("npu-mid")
+LARGE = load_target("npu-large")
+
+
+def conv(dtype, n, c, h, w, o, k, stride=1, pad=0, dil=1, groups=1, bias=True):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    oh, ow = conv_output_size(h, kh, stride, pad, dil), conv_output_size(w, kw, stride, pad, dil)
+    x = DramTensor.dense("x", (n, c, h, w), dtype, order=NHWC)
+    wt = DramTensor.dense("w", (o, c // groups, kh, kw), dtype, order=WEIGHT_ORDER)
+    y = DramTensor.dense("y", (n, o, oh, ow), dtype, order=NHWC)
+    attrs = Conv2dAttrs((stride, stride), (pad, pad), (dil, dil), groups)
+    if dtype is I8:
+        ins = (x, wt, DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (o, 2), I32))
+        return Kernel("qconv", "conv2d", ins, y, attrs, (), I8, quant=QuantAttrs(7, -3, -128, 127))
+    epi = (EpilogueOp("add", operand=DramTensor("bias", (n, o, oh, ow), FP16, 0, (0, 2, 0, 0))), EpilogueOp("relu")) if bias else ()
+    return Kernel("conv", "conv2d", (x, wt), y, attrs, epi, FP16)
+
+
+def forcing(monkeypatch, change):
+    """Make the conv2d planner's tiling ``change(tiling)``."""
+    original = array_conv.array_plan
+
+    def forced(p, target):
+        plan = original(p, target)
+        return dataclasses.replace(plan, details=change(plan.details))
+
+    monkeypatch.setattr(array_conv, "array_plan", forced)
+
+
+def run_fp16(k: Kernel, target, seed=0):
+    rng = np.random.default_rng(seed)
+    x, w = k.inputs
+    vals = {"x": rng.standard_normal(x.shape).astype(np.float16),
+            "w": (rng.standard_normal(w.shape) / np.sqrt(np.prod(w.shape[1:]))).astype(np.float16),
+            "bias": rng.standard_normal((1, w.shape[0], 1, 1)).astype(np.float16)}
+    r = run_kernel(k, target, vals)
+    a: Conv2dAttrs = k.attrs
+    ref = F.conv2d(torch.from_numpy(vals["x"].astype(np.float32)), torch.from_numpy(vals["w"].astype(np.float32)),
+                   None, a.stride, a.padding, a.dilation, a.groups)
+    if k.epilogue:
+        ref = torch.relu(ref + torch.from_numpy(vals["bias"].astype(np.float32)))
+    ref = ref.numpy()
+    err = np.linalg.norm(r.output.astype(np.float32) - ref) / max(np.linalg.norm(ref), 1e-12)
+    assert err < 2e-3, (err, r.plan.summary)
+    return r
+
+
+def run_int8(k: Kernel, target, seed=0):
+    """Random codes, nonzero zero points (padding must hold the input's), bit-exact check."""
+    rng = np.random.default_rng(seed)
+    x_t, w_t = k.inputs[:2]
+    o = w_t.shape[0]
+    a: Conv2dAttrs = k.attrs
+    x = rng.integers(-128, 128, x_t.shape).astype(np.int8)
+    wt = rng.integers(-127, 128, w_t.shape).astype(np.int8)
+    b = rng.integers(-20000, 20000, (o,)).astype(np.int32)
+    scales = tuple(float(s) for s in rng.uniform(0.002, 0.02, o))
+    x_q, out_q = (0.03, k.quant.in_zero_point), (0.05, k.quant.out_zero_point)
+    types = [quant_type(x.shape, *x_q), TensorType(wt.shape, IRType.i8, QuantParams(scales, (0,) * o, 0)),
+             TensorType((o,), IRType.i32)]
+    attrs = QConv2dAttrs(a.stride, a.padding, a.dilation, a.groups, out_q[0], out_q[1], -128, 127)
+    ref = get_op("qconv2d").evaluate([torch.from_numpy(v) for v in (x, wt, b)], types, attrs)[0].numpy()
+    mults, shifts = arith.channel_multipliers(x_q[0], scales, out_q[0])
+    recs = np.array([[int(m), int(s)] for m, s in zip(mults, shifts)], np.int32)
+    vals = {"x": x, "w": wt, "b": arith.folded_bias(wt, b, x_q[1]).astype(np.int32), "r": recs}
+    r = run_kernel(k, target, vals)
+    mism = int((r.output != ref.reshape(r.output.shape)).sum())
+    assert mism == 0, f"{mism} of {ref.size} int8 outputs differ ({r.plan.summary})"
+    return r
+
+
+# (kernel args, forced tiling fields): bands of several row tiles, one or two buffers
+BANDED = {
+    "3x3-pad1-3cblocks-2nblocks": ((1, 40, 13, 11, 24, 3, 1, 1), dict(th=2, tw=11, tn=16, tc=16, band=7)),
+    "3x3-single-buffer-whole": ((1, 40, 13, 11, 24, 3, 1, 1), dict(th=3, tw=11, tn=16, tc=16, band=13, x_slots=1)),
+    "3x3-n_outer-single": ((1, 24, 12, 9, 40, 3, 1, 1), dict(th=2, tw=9, tn=16, tc=24, band=12, x_slots=1, order="n_outer")),
+    "3x3-stride2-coltiles": ((1, 16, 15, 17, 16, 3, 2, 1), dict(th=2, tw=4, tn=16, tc=16, band=8)),
+    "5x5-stride2-pad2": ((1, 6, 13, 12, 10, 5, 2, 2), dict(th=1, tw=6, tn=10, tc=6, band=7, x_slots=1)),
+    "1x1-stride2-sampled": ((1, 24, 15, 15, 18, 1, 2, 0), dict(th=2, tw=8, tn=18, tc=24, band=8, x_slots=1)),
+    "2x2-stride3-gaps": ((1, 5, 13, 7, 3, 2, 3, 0), dict(th=1, tw=3, tn=3, tc=5, band=5, x_slots=1)),
+    "batch2-groups2": ((2, 8, 9, 9, 12, 3, 1, 1, 1, 2), dict(th=2, tw=9, tn=6, tc=4, band=9, x_slots=1)),
+    "dilation2": ((1, 4, 16, 16, 8, 3, 1, 2, 2), dict(th=3, tw=16, tn=8, tc=4, band=12, acc_slots=2)),
+    "wide-weights-3nblocks": ((1, 40, 9, 9, 40, 3, 1, 1), dict(th=3, tw=9, tn=16, tc=16, band=9, wide_weights=True, w_slots=3)),
+    "wide-weights-os-1x1": ((1, 40, 11, 11, 24, 1, 2, 0), dict(th=2, tw=6, tn=16, tc=16, band=6, wide_weights=True, w_slots=3,
+                                                             dataflow=Dataflow.output_stationary)),
+}
+
+
+@pytest.mark.parametrize("case", list(BANDED), ids=list(BANDED))
+def test_banded_fp16_matches_pytorch(case, monkeypatch):
+    args, fields = BANDED[case]
+    forcing(monkeypatch, lambda t: dataclasses.replace(t, **{**dict(unfold=False, w_slots=2, x_slots=2, order="m_outer", acc_slots=1), **fields}))
+    r = run_fp16(conv(FP16, *args), MID)
+    assert r.plan.details.band_rows == fields["band"]
+
+
+@pytest.mark.parametrize("target", [MID, LARGE], ids=["mid", "large"])
+@pytest.mark.parametrize("case", ["3x3-pad1-3cblocks-2nblocks", "3x3-n_outer-single", "3x3-stride2-coltiles",
+                                  "5x5-stride2-pad2", "batch2-groups2", "2x2-stride3-gaps", "wide-weights-3nblocks",
+                                  "wide-weights-os-1x1"])
+def test_banded_int8_is_bit_exact(case, target, monkeypatch):
+    args, fields = BANDED[case]
+    forcing(monkeypatch, lambda t: dataclasses.replace(t, **{**dict(unfold=False, w_slots=2, x_slots=2, order="m_outer", acc_slots=1), **fields}))
+    run_int8(conv(I8, *args), target)
+
+
+def test_a_band_reads_each_input_row_once():
+    """Row tiles of one band load only the rows they add: the band's valid rows, once."""
+    p = conv_problem(place(conv(FP16, 1, 16, 20, 8, 16, 3, 1, 1))[0])
+    t = ArrayTiling(3, 8, 16, 16, band=20, x_slots=1)
+    state, loaded = None, 0
+    for s in steps(p, t):
+        fills, loads, _, state = band_loads(p, t, s, state, state is not None)
+        loaded += sum(f["n2"] for _, f in loads)
+        assert all(f["n1"] == 8 and f["n0"] == 16 for _, f in loads)
+    assert loaded == 20  # input rows, the halo of every tile included
+    single = ArrayTiling(3, 8, 16, 16)
+    again = sum(f["n2"] for s in steps(p, single) for _, f in band_loads(p, single, s, None, False)[1])
+    assert again > 20 + 2 * 5  # one tile per buffer reloads its halo
+
+
+@pytest.mark.parametrize("target", [MID, LARGE], ids=["mid", "large"])
+@pytest.mark.parametrize("fields", [
+    dict(th=2, band=28, x_slots=1), dict(th=2, band=56, x_slots=2), dict(th=3, band=14, x_slots=2, order="n_outer"),
+], ids=["half-single", "whole", "quarter-n_outer"])
+def test_cost_model_follows_banded_tilings(fields, target):
+    """Forced banded tilings of the 3x3 layer: the model within 5% of the simulator."""
+    k = conv(FP16, 1, 64, 56, 56, 64, 3, 1, 1)
+    placed, size = place(k)
+    p = conv_problem(placed)
+    t = ArrayTiling(tw=56, tn=32, tc=32, w_slots=4, acc_slots=2, **fields)
+    impl = get_kernel("conv2d")
+    plan = dataclasses.replace(impl.plan(placed, target), details=t)
+    em = Emitter(target)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    sim = simulate(prog, target, np.zeros(size, np.uint8), functional=False)
+    e = estimate(target, p, t)
+    assert abs(e.cycles - sim.total_cycles) <= 0.05 * sim.total_cycles, (e.cycles, sim.total_cycles, str(t))
+    assert e.dram_bytes == sim.dram_bytes_read + sim.dram_bytes_written
+
+
+@pytest.mark.parametrize("target", [MID, LARGE], ids=["mid", "large"])
+def test_conv56_moves_its_compulsory_bytes_and_int8_is_not_slower(target):
+    """The 56x56x64 3x3 layer: DRAM <= 1.1x its compulsory bytes in fp16 and int8, int8 cycles
+    <= fp16 cycles; on npu-mid fp16 within 3% of max(MACs / PEs, bytes / bandwidth)."""
+    cycles = {}
+    for dtype in (FP16, I8):
+        k = conv(dtype, 1, 64, 56, 56, 64, 3, 1, 1)
+        vals = {t.name: np.zeros(t.shape, t.dtype.np) for t in k.tensors() if t.name != k.output.name}
+        r = run_kernel(k, target, vals, functional=False)
+        p = conv_problem(r.kernel)
+        moved = r.result.dram_bytes_read + r.result.dram_bytes_written
+        assert moved <= 1.1 * compulsory_bytes(p), (dtype.name, moved, compulsory_bytes(p), r.plan.summary)
+        cycles[dtype] = r.result.total_cycles
+        if target is MID and dtype is FP16:
+            assert r.result.total_cycles <= 1.03 * lower_bound(target, p), r.plan.summary
+    assert cycles[I8] <= cycles[FP16]
+
+
+def test_accumulator_holds_two_tiles_to_the_last_row():
+    """Two accumulator tiles of 32 channels fill npu-mid's 64 KiB up to the slots' 64-byte
+    alignment: 4 rows of 56 pixels (2 x 224 x 32 x 4 bytes + 64 <= 65536; 5 rows do not fit)."""
+    p = conv_problem(place(conv(FP16, 1, 64, 56, 56, 64, 3, 1, 1))[0])
+    shapes = _shapes(MID, p, 32, 2)
+    assert max(th for th, tw in shapes if tw == 56) == 4
+    t = ArrayTiling(4, 56, 32, 32, acc_slots=2)
+    assert footprint(p, t).acc + 64 <= MID.accumulator.size_bytes < footprint(p, dataclasses.replace(t, th=5)).acc
+
+
+def test_int8_reduction_blocks_are_whole_bursts():
+    """int8 pixels of a reduction block are DRAM runs of whole 64-byte bursts (or the whole pixel)."""
+    p = conv_problem(place(conv(I8, 1, 256, 14, 14, 64, 3, 1, 1))[0])
+    for tc in _reduction_blocks(MID, p):
+        assert tc == p.c or (tc * p.es) % MID.dma.burst_bytes == 0
