@@ -72,8 +72,17 @@ class CompileReport:
             "cpu_ops": [{"value": o.value, "op": o.op, "loc": o.loc, "reason": o.reason, "seconds": o.seconds}
                         for o in self.cpu_ops],
             "cpu_segment_seconds": list(self.cpu_segment_seconds),
-            "stage_seconds": {n: t for n, t in self.stage_seconds},
+            "stage_seconds": self.seconds_by_stage(),
+            "code_bytes": self.code_bytes,
         }
+
+    def seconds_by_stage(self) -> dict[str, float]:
+        """Seconds per stage name, in pipeline order; a stage that runs twice (canonicalize)
+        counts both runs."""
+        out: dict[str, float] = {}
+        for name, seconds in self.stage_seconds:
+            out[name] = out.get(name, 0.0) + seconds
+        return out
 
     def summary(self) -> str:
         npu = sum(1 for s in self.segments if s[1] == "npu")

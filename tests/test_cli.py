@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from npuc.cli import main
+from npuc.isa import assemble
 
 RELU = """# relu over 1024 int8 values
 DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=1024 signal=vector
@@ -22,7 +23,7 @@ def test_asm_disasm_and_sim_agree_on_text_and_binary(tmp_path):
     runner = CliRunner()
     out = runner.invoke(main, ["asm", str(src), "-o", str(tmp_path / "relu.bin")])
     assert out.exit_code == 0, out.output
-    assert (tmp_path / "relu.bin").stat().st_size == 4 * 32
+    assert (tmp_path / "relu.bin").read_bytes() == assemble(RELU).encode()
     dis = runner.invoke(main, ["disasm", str(tmp_path / "relu.bin")])
     assert dis.exit_code == 0 and dis.output.count("\n") == 4 and "VUN op=relu" in dis.output
     from_text = runner.invoke(main, ["sim", str(src), "--trace", str(tmp_path / "t.json")])

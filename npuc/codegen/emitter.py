@@ -27,8 +27,8 @@ overlaps the compute of tile i.
 
 from __future__ import annotations
 
+import bisect
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 from npuc.errors import CompileError
@@ -40,15 +40,7 @@ _COMPUTE = int(Queue.compute)
 _NQ = len(Queue)
 _EXECUTES = tuple(q.executes for q in Queue)
 _PRUNE_EVERY = 512
-
-
-@dataclass
-class _Access:
-    queue: int
-    index: int
-    lo: int
-    hi: int
-    writes: bool
+_BIG = 1 << 62
 
 
 class Emitter:
@@ -69,8 +61,9 @@ class Emitter:
         self._sources: list[str] = []
         self._clock_at: list[tuple[int, ...]] = []  # knowledge when each instruction starts
         self._known = [[-1] * _NQ for _ in range(_NQ)]
-        self._reads: dict[Mem, list[_Access]] = {m: [] for m in Mem}
-        self._writes: dict[Mem, list[_Access]] = {m: [] for m in Mem}
+        # accesses per memory and queue, in program order: (index, lo, hi)
+        self._reads: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
+        self._writes: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._last = [-1] * _NQ  # last program index per queue
         self._pending: list[set[Queue]] = [set() for _ in range(_NQ)]  # waits of each queue's next instruction
         self._label = ""
@@ -113,8 +106,7 @@ class Emitter:
         self._order_after(q, needs)
         index = self._append(op, ins.args, q)
         for r in regions:
-            acc = _Access(q, index, r.addr, r.end, r.writes)
-            (self._writes if r.writes else self._reads)[r.mem].append(acc)
+            (self._writes if r.writes else self._reads)[r.mem][q].append((index, r.addr, r.end))
         if index % _PRUNE_EVERY == 0:
             self._prune()
         return index
@@ -125,8 +117,13 @@ class Emitter:
             self._append("END", Instr.make("END").args, _COMPUTE)
             self._finished = True
         instrs = []
+        deps: dict[tuple, Deps] = {}  # one Deps per combination of flags
         for (op, args), w, sig in zip(self._ops, self._waits, self._signals):
-            instrs.append(Instr(op, args, Deps(w, frozenset(sig))))
+            key = (w, frozenset(sig))
+            d = deps.get(key)
+            if d is None:
+                d = deps[key] = Deps(*key)
+            instrs.append(Instr(op, args, d))
         problem = program_problem(instrs)
         if problem:
             raise CompileError(f"internal error: {problem}")
@@ -152,19 +149,29 @@ class Emitter:
         return index
 
     def _conflicts(self, q: int, regions) -> dict[int, int]:
-        """For each other queue, the latest conflicting instruction not yet ordered before us."""
+        """For each other queue, the latest conflicting instruction not yet ordered before us.
+
+        Each queue's accesses are kept in program order, so the scan runs from the newest back
+        and stops at the first conflict (the latest) or at the first access already known to
+        be complete (every older one is too)."""
         known = self._known[q]
         needs: dict[int, int] = {}
         for r in regions:
-            lists = [self._writes[r.mem]]
-            if r.writes:
-                lists.append(self._reads[r.mem])
+            tables = (self._writes[r.mem], self._reads[r.mem]) if r.writes else (self._writes[r.mem],)
             lo, hi = r.addr, r.end
-            for lst in lists:
-                for a in lst:
-                    if a.queue != q and a.index > known[a.queue] and a.lo < hi and lo < a.hi:
-                        if a.index > needs.get(a.queue, -1):
-                            needs[a.queue] = a.index
+            for p in range(_NQ):
+                if p == q:
+                    continue
+                for table in tables:
+                    floor = max(known[p], needs.get(p, -1))
+                    lst = table[p]
+                    for k in range(len(lst) - 1, -1, -1):
+                        index, a_lo, a_hi = lst[k]
+                        if index <= floor:
+                            break
+                        if a_lo < hi and lo < a_hi:
+                            needs[p] = index
+                            break
         return needs
 
     def _order_after(self, q: int, needs: dict[int, int]) -> None:
@@ -191,9 +198,11 @@ class Emitter:
 
     def _prune(self) -> None:
         """Forget accesses that every other queue already knows to be complete."""
-        for table in (self._reads, self._writes):
-            for mem, lst in table.items():
-                table[mem] = [
-                    a for a in lst
-                    if any(a.index > self._known[q][a.queue] for q in range(_NQ) if q != a.queue)
-                ]
+        for p in range(_NQ):
+            done = min(self._known[q][p] for q in range(_NQ) if q != p)
+            for table in (self._reads, self._writes):
+                for lists in table.values():
+                    lst = lists[p]
+                    k = bisect.bisect_right(lst, (done, _BIG, _BIG))
+                    if k:
+                        del lst[:k]

@@ -1,18 +1,27 @@
-"""DRAM memory planning: one arena for constants, model inputs and outputs, and activations.
+"""Memory planning: where every tensor lives in the target's memories, and when.
 
-Layout of the arena (every block 64-byte aligned)::
+The target's memories (flash, DRAM, shared SRAM: ``[memory.NAME]``) each own a window of the
+system address map; a buffer's address says which memory holds it.  Within a memory the layout is
+(every block 64-byte aligned)::
 
-    [ constants | inputs | outputs | activations ]
+    [ constants | inputs | outputs | activations ]      (the parts that memory holds)
 
 * constants are packed once each, in the order lowering created them, in the physical order the
-  kernels asked for (the CONSTANTS section of the .npub is exactly this region);
-* model inputs and outputs get their own blocks (the runtime writes and reads them);
+  kernels asked for (the CONSTANTS section of the .npub is exactly this region), in the fastest
+  memory that holds ``weights`` (the flash of u55-like-256, the DRAM otherwise);
+* model inputs and outputs get their own blocks (the runtime writes and reads them), all in the
+  fastest memory that holds ``io`` and has room for them;
 * activations share memory by liveness: each buffer lives from the first step that writes it to
-  the last step that reads it (a step is one kernel, or one whole CPU segment), and buffers are
-  placed greedily, largest first, at the lowest offset that overlaps no placed buffer whose
-  lifetime meets its own.  The plan reports the peak and the naive sum (no reuse).
+  the last step that reads it (a step is one kernel, or one whole CPU segment).  They are placed
+  in the fastest memory that holds ``activations`` first (an on-chip SRAM before DRAM): greedily,
+  largest first, at the lowest offset that overlaps no placed buffer whose lifetime meets its own;
+  a buffer that would end past that memory's room spills to the next memory, placed there the
+  same way.  The plan reports, per memory, the peak and the bytes of each part, and the naive sum
+  of the activations (no reuse).
 
-A plan that does not fit the target's DRAM is a :class:`CompileError` naming the sizes.
+With one DRAM that holds everything (npu-small, npu-mid, npu-large) this is one arena from
+address 0, as before memories were data.  A plan that does not fit is a :class:`CompileError`
+naming the sizes.
 """
 
 from __future__ import annotations
@@ -35,12 +44,26 @@ def align(n: int, a: int = ALIGN) -> int:
 
 @dataclass(frozen=True)
 class Placed:
-    """A buffer at its arena offset, with its lifetime in steps (activations only)."""
+    """A buffer at its address in the system address map, the memory that holds it, and its
+    lifetime in steps (activations only)."""
 
     buffer: Buffer
     offset: int
     first: int = -1
     last: int = -1
+    memory: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """What the plan puts in one memory: bytes of constants, of inputs and outputs, the peak of
+    the activations placed there (by liveness), and the top of it all (its window's used part)."""
+
+    memory: str
+    constants: int = 0
+    io: int = 0
+    activations: int = 0
+    used: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,10 +73,11 @@ class MemoryPlanResult:
     model: LoweredModel
     placed: tuple[Placed, ...]
     regions: tuple[tuple[str, str, int, int], ...]  # (name, kind, offset, size)
-    arena_size: int
+    arena_size: int                                 # one past the last byte any buffer uses
     constants: bytes
-    activation_peak: int
+    activation_peak: int                            # over every memory
     activation_naive: int
+    memories: tuple[MemoryUse, ...] = ()            # one per memory of the target, in its order
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
@@ -98,44 +122,115 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
 
 
 def plan_memory(m: LoweredModel) -> MemoryPlanResult:
-    """Place every buffer of ``m`` and relocate its kernels to absolute DRAM addresses."""
+    """Place every buffer of ``m`` and relocate its kernels to absolute addresses."""
+    t = m.target
     placed: list[Placed] = []
+    regions: list[tuple[str, str, int, int]] = []
+    top = {mem.name: 0 for mem in t.memories}  # bytes used from each window's base
+    use = {mem.name: {"constants": 0, "io": 0, "activations": 0} for mem in t.memories}
+    blob, consts = _pack_constants(m)
+    const_size = align(len(blob))
+    life = lifetimes(m)
+    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
+    io = [b for kind in (INPUT, OUTPUT) for b in m.buffers if b.kind == kind]
+    if len(t.memories) == 1:
+        _check_fits_one(m, const_size, sum(align(b.nbytes) for b in io), greedy_by_size(acts, life)[1])
+    wmem = t.weight_memory
+    if const_size > wmem.size_bytes:
+        _refuse(m, "the constants", const_size, "weights", top, const_size)
+    base = t.window_of(wmem.name).base
+    placed += [Placed(b, base + off, memory=wmem.name) for b, off in consts]
+    regions.append(("constants", "CONSTANTS", base, const_size))
+    top[wmem.name] = use[wmem.name]["constants"] = const_size
+    io_mem = _first_with_room(t, "io", top, sum(align(b.nbytes) for b in io))
+    if io_mem is None:
+        _refuse(m, "its inputs and outputs", sum(align(b.nbytes) for b in io), "io", top, const_size)
+    io_base = t.window_of(io_mem.name).base
+    before_io = top[io_mem.name]
+    for kind, region in ((INPUT, "inputs"), (OUTPUT, "outputs")):
+        start = top[io_mem.name]
+        for b in m.buffers:
+            if b.kind == kind:
+                placed.append(Placed(b, io_base + top[io_mem.name], memory=io_mem.name))
+                top[io_mem.name] = align(top[io_mem.name] + b.nbytes)
+        regions.append((region, "IO", io_base + start, top[io_mem.name] - start))
+    use[io_mem.name]["io"] = top[io_mem.name] - before_io
+    peak_all = 0
+    for i, mem in enumerate(t.memories_holding("activations")):
+        if not acts and i:
+            break
+        room = mem.size_bytes - top[mem.name]
+        offsets, peak, acts = greedy_by_size(acts, life, room)
+        w = t.window_of(mem.name)
+        start = w.base + top[mem.name]
+        for b in m.buffers:
+            if b.name in offsets:
+                placed.append(Placed(b, start + offsets[b.name], *life[b.name], memory=mem.name))
+        name = "activations" if i == 0 else f"activations.{mem.name}"
+        if i == 0 or peak:
+            regions.append((name, "ACTIVATIONS", start, align(peak)))
+        top[mem.name] += align(peak)
+        use[mem.name]["activations"] = align(peak)
+        peak_all += align(peak)
+    if acts:
+        _refuse(m, f"{len(acts)} activations ({sum(align(b.nbytes) for b in acts):,} bytes) that fit no memory "
+                   "beside what the plan already placed", 0, "activations", top, const_size)
+    arena = max(t.window_of(n).base + used for n, used in top.items() if used) if any(top.values()) else 0
+    naive = sum(align(b.nbytes) for b in m.buffers if b.kind == ACTIVATION and b.name in life)
+    offs = {p.buffer.name: p.offset for p in placed}
+    model = relocate(m, offs)
+    memories = tuple(MemoryUse(n, u["constants"], u["io"], u["activations"], top[n]) for n, u in use.items())
+    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories)
+
+
+def _pack_constants(m: LoweredModel) -> tuple[bytes, list[tuple[Buffer, int]]]:
+    """The constants blob and each constant's offset in it."""
     blob = bytearray()
+    out = []
     for b in m.buffers:
         if b.kind == CONSTANT:
             data = pack(b.const)
             if len(data) != b.nbytes and not (b.nbytes and not data):
                 data = data[: b.nbytes].ljust(b.nbytes, b"\0")
             blob += bytes(align(len(blob)) - len(blob))
-            placed.append(Placed(b, len(blob)))
+            out.append((b, len(blob)))
             blob += data
-    const_size = align(len(blob))
-    blob = bytes(blob)
-    regions = [("constants", "CONSTANTS", 0, const_size)]
-    top = const_size
-    for kind, region in ((INPUT, "inputs"), (OUTPUT, "outputs")):
-        start = top
-        for b in m.buffers:
-            if b.kind == kind:
-                placed.append(Placed(b, top))
-                top = align(top + b.nbytes)
-        regions.append((region, "IO", start, top - start))
-    life = lifetimes(m)
-    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
-    offsets, peak = greedy_by_size(acts, life)
-    for b in acts:
-        placed.append(Placed(b, top + offsets[b.name], *life[b.name]))
-    regions.append(("activations", "ACTIVATIONS", top, align(peak)))
-    arena = top + align(peak)
-    naive = sum(align(b.nbytes) for b in acts)
-    _check_fits(m, arena, const_size, top - const_size, peak)
-    offs = {p.buffer.name: p.offset for p in placed}
-    model = relocate(m, offs)
-    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak, naive)
+    return bytes(blob), out
 
 
-def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]]) -> tuple[dict[str, int], int]:
-    """Offsets (from 0) for buffers with lifetimes: largest first, lowest non-conflicting offset."""
+def _first_with_room(t, what: str, top: dict[str, int], nbytes: int):
+    for mem in t.memories_holding(what):
+        if top[mem.name] + nbytes <= mem.size_bytes:
+            return mem
+    return None
+
+
+def _check_fits_one(m: LoweredModel, consts: int, io: int, acts: int) -> None:
+    """With one memory: the whole arena against it, named as the DRAM."""
+    have = m.target.memories[0].size_bytes
+    arena = consts + io + align(acts)
+    if arena > have:
+        raise CompileError(
+            f"model '{m.name}' needs {arena:,} bytes of DRAM (constants {consts:,}, inputs and outputs "
+            f"{io:,}, activations {acts:,}) but target '{m.target.name}' has {have:,}"
+        )
+
+
+def _refuse(m: LoweredModel, what: str, nbytes: int, holds: str, top: dict[str, int], consts: int) -> None:
+    t = m.target
+    have = ", ".join(f"{mem.name} {mem.size_bytes:,} bytes ({top[mem.name]:,} used)" for mem in t.memories_holding(holds))
+    need = f" ({nbytes:,} bytes)" if nbytes else ""
+    raise CompileError(
+        f"model '{m.name}' does not fit target '{t.name}': no memory that holds {holds} has room for {what}{need}; "
+        f"constants take {consts:,} bytes; the memories that may hold {holds}: {have}"
+    )
+
+
+def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]], room: int | None = None
+                   ) -> tuple[dict[str, int], int, list[Buffer]]:
+    """Offsets (from 0) for buffers with lifetimes: largest first, lowest non-conflicting offset.
+    A buffer that would end past ``room`` bytes is left out; returns (offsets, peak, left out, in
+    the order given)."""
     order = sorted(bufs, key=lambda b: (-align(b.nbytes), life[b.name][0], b.name))
     done: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[str, int] = {}
@@ -149,19 +244,12 @@ def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]]) -> tupl
             if at + size <= o:
                 break
             at = max(at, e)
+        if room is not None and at + size > room:
+            continue
         offsets[b.name] = at
         done.append((at, at + size, first, last))
         peak = max(peak, at + size)
-    return offsets, peak
-
-
-def _check_fits(m: LoweredModel, arena: int, consts: int, io: int, acts: int) -> None:
-    have = m.target.dram.size_bytes
-    if arena > have:
-        raise CompileError(
-            f"model '{m.name}' needs {arena:,} bytes of DRAM (constants {consts:,}, inputs and outputs "
-            f"{io:,}, activations {acts:,}) but target '{m.target.name}' has {have:,}"
-        )
+    return offsets, peak, [b for b in bufs if b.name not in offsets]
 
 
 def _moved(t: DramTensor, offs: dict[str, int]) -> DramTensor:
@@ -186,11 +274,14 @@ def memory_plan_text(p: MemoryPlanResult) -> str:
     """The regions and every buffer's place (for --print-after memory_plan)."""
     lines = [f"memory plan: arena {p.arena_size:,} bytes; activations peak {p.activation_peak:,} bytes "
              f"(naive sum {p.activation_naive:,})"]
+    for u in p.memories:
+        lines.append(f"  memory {u.memory:<10} constants {u.constants:,} B, inputs and outputs {u.io:,} B, "
+                     f"activations peak {u.activations:,} B; {u.used:,} B used")
     for name, kind, off, size in p.regions:
         lines.append(f"  region {name:<12} {kind:<12} [0x{off:x}, 0x{off + size:x})  {size:,} B")
     for pl in sorted(p.placed, key=lambda x: (x.offset, x.buffer.name)):
         life = f"  steps {pl.first}..{pl.last}" if pl.first >= 0 else ""
-        lines.append(f"  0x{pl.offset:08x} {pl.buffer.nbytes:>12,} B  {pl.buffer.kind:<10} {pl.buffer.name}{life}")
+        lines.append(f"  0x{pl.offset:08x} {pl.buffer.nbytes:>12,} B  {pl.buffer.kind:<10} {pl.memory:<8} {pl.buffer.name}{life}")
     return "\n".join(lines) + "\n"
 
 

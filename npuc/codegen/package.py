@@ -43,11 +43,7 @@ def canonical_json(obj) -> str:
 
 
 def target_json(target) -> str:
-    doc = dataclasses.asdict(target)
-    triple = doc.pop("host_triple", None)  # the target file's optional [host] table
-    if triple is not None:
-        doc["host"] = {"triple": triple}
-    return canonical_json(doc)
+    return canonical_json(target.document())
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,
@@ -83,7 +79,7 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
     meta = {
         "npuc.target": target_json(target),
-        "npuc.layers": canonical_json([[_layer(lk) for lk in c.segment.kernels] for c in codes]),
+        "npuc.layers": canonical_json([[_layer(lk, target) for lk in c.segment.kernels] for c in codes]),
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
@@ -102,9 +98,19 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     )
 
 
-def _layer(lk) -> list:
+def _layer(lk, target) -> list:
     k = lk.kernel
-    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes()]
+    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes(), _compulsory_per_memory(lk, target)]
+
+
+def _compulsory_per_memory(lk, target) -> list:
+    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in."""
+    per: dict[str, int] = {}
+    for (_, addr, _, _), n in lk.compulsory().items():
+        w = target.window_at(addr)
+        name = w.memory.name if w is not None else target.activation_memory.name
+        per[name] = per.get(name, 0) + n
+    return [[m.name, per[m.name]] for m in target.memories if m.name in per]
 
 
 def _cpu_meta(s: CpuSegment, m: LoweredModel) -> list:

@@ -6,7 +6,9 @@ advance by a constant stride, with the same tokens: such a run is exactly a ``LO
 :mod:`npuc.isa.loops`), and this pass writes it as one.  A run qualifies when every
 repetition of the body has the same mnemonics, dependency flags and labels (a loop never spans
 two layers), differs from the one before only in integer fields, by the same amounts each time,
-in fields that fit the LOOP's :data:`~npuc.isa.loops.SLOTS` stride slots.  Passes repeat on their own output, so loops
+in fields that fit the LOOP's :data:`~npuc.isa.loops.SLOTS` stride slots; a field that
+comes back to its first value after P repetitions (a buffer of a double-buffered pair) takes a
+slot with period P.  Passes repeat on their own output, so loops
 nest (rows inside channel blocks inside a layer).
 
 The result expands to the very instruction stream the emitter produced (tested), so
@@ -19,12 +21,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from npuc.isa.instr import Instr
-from npuc.isa.loops import MAX_BODY, Slot, group, loop_instr
+from npuc.isa.instr import get_def
+from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, group, loop_instr
 
 PASSES = 3
-CANDIDATES = 2  # periods tried at each position (the next occurrences of the same unit)
+CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
 WINDOW = 96  # units ahead in which a period's start may recur
-MAX_MOVES = 12  # differing fields between two repetitions worth grouping into slots
+MAX_MOVES = 48  # differing fields between two repetitions worth grouping into slots
+LOOKAHEAD = 2  # later starts compared with a run's (peeling a first repetition)
+PREFER = 1000  # a longer period replaces a shorter one only when it saves this many times more (innermost first)
+MAX_ITERATIONS = get_def("LOOP").field("n").max_value
 
 
 def reroll(instrs: Sequence[Instr], labels: Sequence[str]) -> tuple[list[Instr], list[str]]:
@@ -86,10 +92,10 @@ def _fixed(ins: Instr) -> tuple:
     return tuple(v for k, v in enumerate(ins.args) if k not in ints)
 
 
-def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> tuple[tuple[int, int, int], ...] | None:
-    """The (offset, field, b - a) of every field where body ``b`` differs from body ``a``; None
-    when they differ otherwise (a LOOP, a non-integer field) or in too many fields."""
-    out = []
+def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> dict[tuple[int, int], int] | None:
+    """{(offset, field): b - a} for every field where body ``b`` differs from body ``a``; None
+    when they differ otherwise (a LOOP) or in too many fields."""
+    out: dict[tuple[int, int], int] = {}
     for j, (x, y) in enumerate(zip(a, b)):
         if x.args == y.args:
             continue
@@ -97,10 +103,32 @@ def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> tuple[tuple[int, int, int]
             return None
         for f, (u, v) in enumerate(zip(x.args, y.args)):
             if u != v:  # an integer field: the signatures hold the others equal
-                out.append((j, f, v - u))
+                out[(j, f)] = v - u
                 if len(out) > MAX_MOVES:
                     return None
-    return tuple(out)
+    return out
+
+
+def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int], int], k: int) -> dict | None:
+    """The stride model after repetition ``k`` moved its fields by ``moved`` from repetition 0,
+    or None when it does not fit.  ``model[(offset, field)] = [stride, period]``: each field
+    moves by k x stride, or by (k mod period) x stride once it has come back to where it
+    started (period k, at most MAX_PERIOD)."""
+    new = None
+    for key, (stride, period) in model.items():
+        got = moved.get(key, 0)
+        phase = k % period if period else k
+        if got == phase * stride:
+            continue
+        if got == 0 and not period and k <= MAX_PERIOD:
+            if new is None:
+                new = dict(model)
+            new[key] = [stride, k]
+            continue
+        return None
+    if len(moved) > len(model) and any(key not in model for key in moved):
+        return None
+    return model if new is None else new
 
 
 def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | None:
@@ -114,22 +142,46 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | N
     if body > MAX_BODY:
         return None
     instrs = units.instrs
-    strides = _delta(instrs[lo:mid], instrs[mid:mid + body])
-    if strides is None:
+    first = instrs[lo:mid]
+    moved = _delta(first, instrs[mid:mid + body])
+    if moved is None:
         return None
-    used = group(strides)
+    model = {key: [s, 0] for key, s in moved.items()}
+    count = 2
+    pattern = sig[u:u + period]
+    while u + (count + 1) * period <= n and count < MAX_ITERATIONS:
+        if sig[u + count * period:u + (count + 1) * period] != pattern:
+            break
+        b = units.starts[u + count * period]
+        moved = _delta(first, instrs[b:b + body])
+        nxt = None if moved is None else _advance(model, moved, count)
+        if nxt is None:
+            break
+        model = nxt
+        count += 1
+    used = group([(j, f, s, p) for (j, f), (s, p) in model.items()])
     if used is None:
         return None
-    count = 2
-    while u + (count + 1) * period <= n:
-        a = units.starts[u + (count - 1) * period]
-        b = units.starts[u + count * period]
-        if sig[u + count * period:u + (count + 1) * period] != sig[u:u + period]:
-            break
-        if _delta(instrs[a:b], instrs[b:b + body]) != strides:
-            break
-        count += 1
     return count, used
+
+
+def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tuple[Slot, ...]] | None:
+    """(saving, period, repetitions, slots) of the best run starting at unit ``u``, or None."""
+    n = len(units)
+    best = None
+    v, tried = nxt[u], 0
+    while v < n and v - u <= WINDOW and tried < CANDIDATES:
+        tried += 1
+        found = _run(units, u, v - u)
+        if found is not None:
+            count, strides = found
+            lo, hi = units.span(u, v - u)
+            saving = (count - 1) * (hi - lo) - 1
+            # the innermost period first: outer passes nest it into the larger ones
+            if saving > 0 and (best is None or saving > PREFER * best[0]):
+                best = (saving, v - u, count, strides)
+        v = nxt[v]
+    return best
 
 
 def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str]]:
@@ -144,21 +196,20 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
         last[sig[u]] = u
     out: list[Instr] = []
     out_labels: list[str] = []
+    cache: dict[int, tuple | None] = {}
+
+    def best_at(u: int):
+        if u not in cache:
+            cache[u] = _best_run(units, nxt, u) if u < n else None
+        return cache[u]
+
     u = 0
     while u < n:
-        best = None
-        v, tried = nxt[u], 0
-        while v < n and v - u <= WINDOW and tried < CANDIDATES:
-            tried += 1
-            found = _run(units, u, v - u)
-            if found is not None:
-                count, strides = found
-                lo, hi = units.span(u, v - u)
-                saving = (count - 1) * (hi - lo) - 1
-                # the innermost period first: outer passes nest it into the larger ones
-                if saving > 0 and (best is None or saving > 2 * best[0]):
-                    best = (saving, v - u, count, strides)
-            v = nxt[v]
+        best = best_at(u)
+        # a run that starts a little later may save more (the first repetition of a loop often
+        # differs in its tokens: peel it, rather than roll a run out of phase)
+        if best is not None and any((b := best_at(u + k)) is not None and b[0] > best[0] for k in range(1, LOOKAHEAD + 1)):
+            best = None
         if best is None:
             lo, hi = units.span(u, 1)
             out += instrs[lo:hi]

@@ -47,6 +47,8 @@ def screen(graph, target, quantize: str | None) -> dict:
         dram = 0
         e = target.energy
         mac_pj = e.mac_int8_pj if quantize == "int8" else e.mac_fp16_pj
+        act = target.activation_memory
+        byte_pj = (act.read_pj_per_byte + act.write_pj_per_byte) / 2
         for seg in lowered.segments:
             if not isinstance(seg, NpuSegment):
                 cpu_s += seg.seconds
@@ -55,7 +57,7 @@ def screen(graph, target, quantize: str | None) -> dict:
                 cycles += plan_kernel(lk, target).est_cycles
                 traffic = lk.min_bytes()
                 dram += traffic
-                dyn_pj += lk.macs * mac_pj + traffic * e.dram_pj_per_byte
+                dyn_pj += lk.macs * mac_pj + traffic * byte_pj
     except NpucError as err:
         return infeasible(SCREEN, str(err))
     npu_s = cycles / target.clock_hz

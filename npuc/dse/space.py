@@ -13,7 +13,6 @@ whole number of bank rows) become infeasible designs with the reason.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import re
@@ -30,25 +29,47 @@ _SCALE = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 def target_document(target: Target) -> dict:
     """The target as a plain document (the TOML file's shape: tables, scalars, lists)."""
-    doc = json.loads(json.dumps(dataclasses.asdict(target)))
-    triple = doc.pop("host_triple", None)  # the file's [host] table
-    if triple is not None:
-        doc["host"] = {"triple": triple}
-    return doc
+    return target.document()
+
+
+# Keys of the older target-file form, still accepted in sweeps: they name a figure of the memory
+# that holds activations (``Target.activation_memory``); energy.dram_pj_per_byte sets its read
+# and write energy together.
+_ALIASES = {"dma.bytes_per_cycle": ("bytes_per_cycle",), "dma.latency_cycles": ("latency_cycles",),
+            "dma.burst_bytes": ("burst_bytes",), "dram.size_bytes": ("size_bytes",),
+            "energy.dram_pj_per_byte": ("read_pj_per_byte", "write_pj_per_byte")}
+
+
+def _resolved(doc: Mapping, key: str) -> list[str]:
+    """The document keys a sweep key sets (itself, or an older form's key's targets)."""
+    if key not in _ALIASES:
+        return [key]
+    memory = doc["memory"]
+    holding = [n for n, m in memory.items() if "activations" in m["holds"]]
+    rank = {"sram": 0, "dram": 1, "flash": 2}
+    name = sorted(holding, key=lambda n: rank[memory[n]["kind"]])[-1]
+    return [f"memory.{name}.{leaf}" for leaf in _ALIASES[key]]
 
 
 def sweepable_keys(doc: Mapping) -> list[str]:
-    """Every numeric or enumerated leaf of a target document, by dotted key."""
+    """Every numeric or enumerated leaf of a target document, by dotted key (the memories'
+    ``memory.NAME.KEY``, and the older form's ``dma.*``, ``dram.size_bytes`` and
+    ``energy.dram_pj_per_byte``)."""
     out = []
     for section, table in doc.items():
         if isinstance(table, dict):
-            out += [f"{section}.{k}" for k, v in table.items() if not isinstance(v, bool)]
+            for k, v in table.items():
+                if isinstance(v, dict):
+                    out += [f"{section}.{k}.{kk}" for kk, vv in v.items() if not isinstance(vv, bool)]
+                elif not isinstance(v, bool):
+                    out.append(f"{section}.{k}")
         elif section not in _NOT_SWEEPABLE and not isinstance(table, bool):
             out.append(section)
-    return out
+    return out + list(_ALIASES)
 
 
 def _get(doc: Mapping, key: str) -> Any:
+    key = _resolved(doc, key)[0]
     node: Any = doc
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -58,12 +79,13 @@ def _get(doc: Mapping, key: str) -> Any:
 
 
 def set_key(doc: dict, key: str, value: Any) -> None:
-    """Set a dotted key of a document in place."""
-    *path, last = key.split(".")
-    node = doc
-    for part in path:
-        node = node[part]
-    node[last] = value
+    """Set a dotted key of a document in place (an older form's key sets what it names)."""
+    for k in _resolved(doc, key):
+        *path, last = k.split(".")
+        node = doc
+        for part in path:
+            node = node[part]
+        node[last] = copy.deepcopy(value)
 
 
 def format_value(value: Any) -> str:
@@ -170,7 +192,8 @@ def _check_alone(doc: dict, key: str, value: Any) -> None:
         target_from_dict(trial, "the sweep")
     except TargetError as e:
         for line in str(e).splitlines():
-            m = re.search(rf"key '{re.escape(key)}(\.\d+)?': (.*)$", line)
+            names = "|".join(re.escape(k) for k in _resolved(doc, key))
+            m = re.search(rf"key '(?:{names})(\.\d+)?': (.*)$", line)
             if m:
                 raise ExploreError(f"--sweep {key}={format_value(value)}: {m.group(2)}") from None
 

@@ -307,50 +307,56 @@ def edit_target_name(rng, n):
 
 def edit_code(rng, n):
     """One instruction field's bits rewritten, an opcode or dependency flags changed, or an
-    instruction dropped, duplicated or swapped -- all in whole 32-byte instructions."""
-    from npuc.isa.encoding import decode_instr
-    from npuc.isa.instr import HEADER_BITS, INSTR_BYTES, all_defs
+    instruction dropped, duplicated or swapped -- all in whole instructions."""
+    from npuc.errors import BinaryFormatError
+    from npuc.isa.encoding import instruction_spans
+    from npuc.isa.instr import HEADER_BITS, all_defs
 
     i = _pick_index(rng, n.code_segments)
     if i is None:
         return n
-    code = bytearray(n.code_segments[i])
-    count = len(code) // INSTR_BYTES
-    if count == 0:
+    code = bytes(n.code_segments[i])
+    try:
+        spans = list(instruction_spans(code))
+    except BinaryFormatError:  # an earlier edit broke the stream: flip a bit anywhere
+        if not code:
+            return n
+        k = rng.randrange(len(code))
+        edited = code[:k] + bytes([code[k] ^ 1 << rng.randrange(8)]) + code[k + 1:]
+        return dataclasses.replace(n, code_segments=_replace_at(n.code_segments, i, edited))
+    if not spans:
         return n
-    k = rng.randrange(count)
-    chunk = bytes(code[k * INSTR_BYTES:(k + 1) * INSTR_BYTES])
+    k = rng.randrange(len(spans))
+    at0, size = spans[k]
+    chunk = code[at0:at0 + size]
     word = int.from_bytes(chunk, "little")
     what = rng.choice(("field", "field", "field", "opcode", "deps", "drop", "duplicate", "swap"))
+    parts = [code[a:a + b] for a, b in spans]
     if what in ("field", "deps", "opcode"):
         if what == "opcode":
             word = (word & ~0xFF) | rng.choice([d.opcode for d in all_defs()])
         elif what == "deps":
             word ^= 1 << (8 + rng.randrange(4))
         else:
-            d = decode_instr(chunk, k).defn
-            pos = HEADER_BITS
-            spans = []
-            for f in d.fields:
-                spans.append((pos, f.bits))
-                pos += f.bits
-            if not spans:  # END and NOP have no field: flip a reserved header bit instead
-                spans = [(12, 4)]
-            at, bits = rng.choice(spans)
+
+            bits = size * 8 - HEADER_BITS
+            if bits <= 0:  # END and NOP have no field: flip a reserved header bit instead
+                at, bits = 12, 4
+            else:
+                at = HEADER_BITS + rng.randrange(bits)
+                bits = min(bits - (at - HEADER_BITS), rng.choice((1, 4, 8, 16)))
             old = (word >> at) & ((1 << bits) - 1)
             new = _value(rng, old) % (1 << bits)
             word = (word & ~(((1 << bits) - 1) << at)) | (new << at)
-        code[k * INSTR_BYTES:(k + 1) * INSTR_BYTES] = word.to_bytes(INSTR_BYTES, "little")
+        parts[k] = word.to_bytes(size, "little")
     elif what == "drop":
-        del code[k * INSTR_BYTES:(k + 1) * INSTR_BYTES]
+        del parts[k]
     elif what == "duplicate":
-        code[k * INSTR_BYTES:k * INSTR_BYTES] = chunk
+        parts.insert(k, chunk)
     else:
-        m = rng.randrange(count)
-        other = bytes(code[m * INSTR_BYTES:(m + 1) * INSTR_BYTES])
-        code[k * INSTR_BYTES:(k + 1) * INSTR_BYTES] = other
-        code[m * INSTR_BYTES:(m + 1) * INSTR_BYTES] = chunk
-    return dataclasses.replace(n, code_segments=_replace_at(n.code_segments, i, bytes(code)))
+        m = rng.randrange(len(parts))
+        parts[k], parts[m] = parts[m], parts[k]
+    return dataclasses.replace(n, code_segments=_replace_at(n.code_segments, i, b"".join(parts)))
 
 
 EDITS: dict[str, Edit] = {

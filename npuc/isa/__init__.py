@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from npuc.isa.actions import Actions
 from npuc.isa.asm import assemble, assemble_instr, disassemble, format_instr
-from npuc.isa.encoding import decode_instr, decode_program, encode_instr, encode_program
+from npuc.isa.encoding import decode_instr, decode_program, encode_instr, encode_program, instruction_spans
 from npuc.isa.enums import BinOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
-from npuc.isa.instr import INSTR_BYTES, Deps, FieldError, Instr, InstrDef, Program, all_defs, get_def
+from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, Program, all_defs, get_def
 from npuc.isa.region import Region
 
 __all__ = [
-    "INSTR_BYTES",
     "Actions",
     "BinOp",
     "DType",
@@ -42,4 +41,5 @@ __all__ = [
     "encode_program",
     "format_instr",
     "get_def",
+    "instruction_spans",
 ]

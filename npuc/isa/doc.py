@@ -11,7 +11,8 @@ from __future__ import annotations
 from npuc.isa import numerics
 from npuc.isa.defs.common import VECTOR_PIPELINE_DEPTH
 from npuc.isa.enums import UnOp
-from npuc.isa.instr import FIELD_BITS, HEADER_BITS, INSTR_BYTES, InstrDef, all_defs
+from npuc.isa.encoding import HISTORY, SHORT_FROM, max_bytes
+from npuc.isa.instr import HEADER_BITS, InstrDef, all_defs
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
 
 _INTRO = f"""\
@@ -46,20 +47,34 @@ do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
 
 ## Encoding
 
-Every instruction is {INSTR_BYTES} bytes, a little-endian {INSTR_BYTES * 8}-bit word:
+Each instruction is a whole number of bytes, a little-endian bit string in which a field is
+written only when it changes (how a command stream that sets registers works):
 
 | bits | content |
 |---|---|
 | 0-7 | opcode |
 | 8-10 | wait flags: bit 8 + k pops a token from the k-th other queue (in the order load, compute, store, vector, skipping the instruction's own) before starting |
 | 11-13 | signal flags: bit 11 + k pushes a token to the k-th other queue on completion |
-| 14-15 | reserved, zero |
-| {HEADER_BITS}-255 | the fields, in the order listed for the instruction, each in its width ({FIELD_BITS} bits available); unused bits zero |
+| 14-15 | reference: which of the last {HISTORY} instructions of the same mnemonic in the stream the left-out fields are taken from (0 = the most recent; 0 when there is none) |
+| from {HEADER_BITS} | the mask length L, in as many bits as the number of fields takes (`bit_length`) |
+| then | L mask bits, one per field in the order listed, set when the field is written out; bit L-1 is set (the fields after it are left out) |
+| then | each field written out, in the order listed, each in its width; with a reference, an integer field of {SHORT_FROM} bits or more starts with a flag: 1, then its change from the reference as a signed number of half its width (used whenever the change fits), or 0, then the full value |
+| then | zero bits up to the next byte boundary, where the next instruction starts |
+
+A field left out holds its value in the reference instruction; in the first instruction of a
+mnemonic, its default (the fields table's `default` column: a constant, or `= expr` of earlier
+fields; a required field is always written there).  The encoder writes exactly the fields that
+differ from the reference, and takes the reference that gives the fewest bytes (of those, the
+most recent), so each program has one encoding: a MATMUL after a MATMUL writes the addresses
+that moved, an unused LOOP stride slot costs nothing.  The length follows from the opcode and
+the mask, so the stream is read front to back.
 
 Integers are unsigned unless the type says `int` (two's complement); enums are stored by value;
 `1, 2 or 4` is stored as its base-2 logarithm; `fp32` is an IEEE-754 binary32 (NaN refused).
 The decoder (`decode_program`) accepts only what the encoder produces: a known opcode, flags
-legal for the queue, field values in range, reserved bits zero, exactly one `END`, last.
+legal for the queue, a reference that exists and is the encoder's choice, a mask whose last bit
+is set, field values in range, a field written only when it differs from its reference, zero
+padding, exactly one `END`, last.
 
 ## Assembly text
 
@@ -155,7 +170,7 @@ def _section(d: InstrDef) -> str:
     return (
         f"### {d.name} (opcode 0x{d.opcode:02x})\n\n"
         f"{d.summary}\n\n"
-        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits used: {d.field_bits} of {FIELD_BITS}."
+        f"Queue: **{d.queue.name}**. Unit: **{d.unit.name}**. Field bits: {d.field_bits}; {max_bytes(d)} bytes at most."
         + (f" May follow: {', '.join(d.may_follow)}." if d.may_follow else "")
         + (f" Pipelines after: {', '.join(d.pipelines_after)}." if d.pipelines_after else "")
         + "\n\n"

@@ -26,9 +26,8 @@ if TYPE_CHECKING:
     from npuc.isa.state import MachineState
     from npuc.targets import Target
 
-INSTR_BYTES = 32
-HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reserved zero (2 bits)
-FIELD_BITS = INSTR_BYTES * 8 - HEADER_BITS
+HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reference (2 bits: npuc.isa.encoding)
+MAX_FIELD_BITS = 2048  # the field bits one instruction may define (npuc.isa.encoding writes those it needs)
 
 RegionsFn = Callable[[Any], tuple[Region, ...]]
 ExecuteFn = Callable[["MachineState", Any, tuple[Region, ...]], None]
@@ -75,9 +74,13 @@ class InstrDef:
     may_follow: tuple[str, ...] = ()
     pipelines_after: tuple[str, ...] = ()
     args_type: type = field(init=False, repr=False, compare=False)
+    mask_length_bits: int = field(init=False, repr=False, compare=False)  # npuc.isa.encoding's mask length
+    field_names: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args_type", collections.namedtuple(f"{self.name}_args", [f.name for f in self.fields]))
+        object.__setattr__(self, "mask_length_bits", len(self.fields).bit_length())
+        object.__setattr__(self, "field_names", frozenset(f.name for f in self.fields))
 
     @property
     def field_bits(self) -> int:
@@ -118,10 +121,14 @@ class Deps:
 
     @staticmethod
     def from_bits(bits: int, queue: Queue) -> "Deps":
-        others = queue.others()
-        waits = {q for k, q in enumerate(others) if bits >> k & 1}
-        signals = {q for k, q in enumerate(others) if bits >> (k + len(others)) & 1}
-        return Deps(frozenset(waits), frozenset(signals))
+        key = (bits, queue)
+        hit = _DEPS_BY_BITS.get(key)
+        if hit is None:
+            others = queue.others()
+            waits = {q for k, q in enumerate(others) if bits >> k & 1}
+            signals = {q for k, q in enumerate(others) if bits >> (k + len(others)) & 1}
+            hit = _DEPS_BY_BITS[key] = Deps(frozenset(waits), frozenset(signals))
+        return hit
 
     def problem(self, queue: Queue) -> str | None:
         if queue in self.waits or queue in self.signals:
@@ -133,6 +140,7 @@ class Deps:
 
 
 DEP_BITS = 2 * (len(Queue) - 1)
+_DEPS_BY_BITS: dict[tuple[int, Queue], Deps] = {}  # Deps are immutable: one per flag bits and queue
 
 
 _BY_NAME: dict[str, InstrDef] = {}
@@ -143,8 +151,8 @@ def register(d: InstrDef) -> InstrDef:
     """Add an instruction definition to the registry (mnemonic and opcode must be new)."""
     if d.name in _BY_NAME or d.opcode in _BY_OPCODE:
         raise ValueError(f"instruction {d.name} / opcode 0x{d.opcode:02x} is defined twice")
-    if d.field_bits > FIELD_BITS:
-        raise ValueError(f"instruction {d.name} needs {d.field_bits} field bits, only {FIELD_BITS} fit")
+    if d.field_bits > MAX_FIELD_BITS:
+        raise ValueError(f"instruction {d.name} defines {d.field_bits} field bits, more than {MAX_FIELD_BITS}")
     _BY_NAME[d.name] = d
     _BY_OPCODE[d.opcode] = d
     return d
@@ -183,19 +191,35 @@ class FieldError(ValueError):
     """A field value is missing, unknown or out of range (callers turn it into a user error)."""
 
 
+_RANGES: dict[int, tuple[InstrDef, tuple[tuple[int, int], ...]]] = {}
+
+
+def _int_ranges(d: InstrDef) -> tuple[tuple[int, int], ...]:
+    """Per field of ``d``: the legal range of a plain integer value (an empty one for other kinds)."""
+    hit = _RANGES.get(id(d))
+    if hit is None or hit[0] is not d:
+        hit = _RANGES[id(d)] = (d, tuple((f.min_value, f.max_value) if f.kind in ("uint", "sint") else (1, 0)
+                                         for f in d.fields))
+    return hit[1]
+
+
 def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
     """The named-tuple args of ``d`` from ``given`` values, filling defaults; raises FieldError."""
-    unknown = [k for k in given if k not in d.args_type._fields]
+    names = d.field_names
+    unknown = [k for k in given if k not in names]
     if unknown:
         raise FieldError(f"{d.name} has no field '{unknown[0]}' (fields: {', '.join(d.args_type._fields)})")
     values: dict[str, Any] = {}
-    for f in d.fields:
+    for f, (lo, hi) in zip(d.fields, _int_ranges(d)):
         if f.name in given:
             v = given[f.name]
         elif f.default is None:
             raise FieldError(f"{d.name} needs field '{f.name}' ({f.doc})")
         else:
             v = f.default(values) if callable(f.default) else f.default
+        if type(v) is int and lo <= v <= hi:  # the common case: an integer field in range
+            values[f.name] = v
+            continue
         if f.kind == "f32" and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if f.kind == "enum" and not isinstance(v, f.enum) and isinstance(v, str):

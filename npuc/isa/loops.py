@@ -1,10 +1,13 @@
 """``LOOP``: a body of instructions repeated with address strides, and its expansion.
 
-``LOOP n=N body=B i0=J d0=D r0=R f0=F s0=S ...`` repeats the next ``B`` instructions ``N``
+``LOOP n=N body=B i0=J d0=D r0=R f0=F p0=P s0=S ...`` repeats the next ``B`` instructions ``N``
 times.  In iteration ``k`` (from 0) field number ``F`` (in definition order) of body
 instructions ``J, J+D, ..., J+(R-1)*D`` (0 = the instruction right after the LOOP) has ``k * S``
-added to its encoded value, for each of the :data:`SLOTS` stride slots whose stride is not 0
-(one slot moves, say, the address of every weight load of the body).  Bodies nest: a LOOP inside a body is part
+added to its encoded value -- ``(k mod P) * S`` when the slot has a period ``P`` (a buffer that
+alternates between two or three places: double buffering) -- for each of the :data:`SLOTS`
+stride slots whose stride is not 0 (one slot moves, say, the address of every weight load of
+the body).  Unused slots cost no bits in the encoding (fields at their default are left out:
+:mod:`npuc.isa.encoding`).  Bodies nest: a LOOP inside a body is part
 of it (``B`` counts every encoded instruction of the body, nested bodies included), and an outer
 stride may move a field of an instruction of an inner body, so that a whole layer is a few
 instructions.  Dependency flags of body instructions repeat in every iteration; LOOP itself has
@@ -20,19 +23,23 @@ from typing import Sequence
 
 from npuc.isa.instr import FieldError, Instr
 
-SLOTS = 5
-STRIDE_BITS = 22
-BODY_BITS = 7
-STEP_BITS = 3
-COUNT_BITS = 5
+SLOTS = 16
+STRIDE_BITS = 32
+BODY_BITS = 12
+STEP_BITS = BODY_BITS
+COUNT_BITS = BODY_BITS
 FIELD_INDEX_BITS = 5
+PERIOD_BITS = 3
 MAX_STRIDE = (1 << (STRIDE_BITS - 1)) - 1
 MAX_BODY = (1 << BODY_BITS) - 1
 MAX_STEP = (1 << STEP_BITS) - 1
 MAX_COUNT = (1 << COUNT_BITS) - 1
+MAX_PERIOD = (1 << PERIOD_BITS) - 1
+SLOT_FIELDS = "idrfps"  # the fields of stride slot k: i{k}, d{k}, r{k}, f{k}, p{k}, s{k}
 
 
-Slot = tuple[int, int, int, int, int]  # (first body offset, step, count, field index, stride)
+# (first body offset, step, count, field index, stride, period: 0 = none)
+Slot = tuple[int, int, int, int, int, int]
 
 
 def slots(ins: Instr) -> tuple[Slot, ...]:
@@ -42,13 +49,14 @@ def slots(ins: Instr) -> tuple[Slot, ...]:
     for k in range(SLOTS):
         s = getattr(a, f"s{k}")
         if s:
-            out.append((getattr(a, f"i{k}"), getattr(a, f"d{k}"), getattr(a, f"r{k}"), getattr(a, f"f{k}"), s))
+            out.append((getattr(a, f"i{k}"), getattr(a, f"d{k}"), getattr(a, f"r{k}"), getattr(a, f"f{k}"), s,
+                        getattr(a, f"p{k}")))
     return tuple(out)
 
 
-def strides(ins: Instr) -> tuple[tuple[int, int, int], ...]:
-    """The (body offset, field index, stride) of every strided field of a LOOP's body."""
-    return tuple((j + m * d, f, s) for j, d, r, f, s in slots(ins) for m in range(r))
+def strides(ins: Instr) -> tuple[tuple[int, int, int, int], ...]:
+    """The (body offset, field index, stride, period) of every strided field of a LOOP's body."""
+    return tuple((j + m * d, f, s, p) for j, d, r, f, s, p in slots(ins) for m in range(r))
 
 
 def strided_field_problem(ins: Instr, index: int) -> str | None:
@@ -82,7 +90,7 @@ def loop_problem(instrs: Sequence[Instr]) -> str | None:
         if end > limit:
             return f"the body of the LOOP at instruction {i} ({ins.args.body} instructions) runs past " + (
                 "the body of the LOOP around it" if ends else "the last instruction before END")
-        for j, f, _ in strides(ins):
+        for j, f, _, _ in strides(ins):
             if j >= ins.args.body:
                 return f"LOOP at instruction {i}: stride on body instruction {j}, but the body has {ins.args.body}"
             reason = strided_field_problem(instrs[i + 1 + j], f)
@@ -146,9 +154,9 @@ def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: lis
                 inner = delta
             else:
                 inner = {j: dict(v) for j, v in delta.items() if body_lo <= j < body_hi}
-                for j, f, s in moved:
+                for j, f, s, p in moved:
                     fields = inner.setdefault(body_lo + j, {})
-                    fields[f] = fields.get(f, 0) + k * s
+                    fields[f] = fields.get(f, 0) + (k % p if p else k) * s
             _expand(instrs, body_lo, body_hi, inner, out, origin)
         i = body_hi
 
@@ -178,40 +186,38 @@ def loop_instr(n: int, body: int, used: Sequence[Slot]) -> Instr:
     if len(used) > SLOTS:
         raise FieldError(f"a LOOP has {SLOTS} stride slots, {len(used)} asked")
     fields = {"n": n, "body": body}
-    for k, (j, d, r, f, s) in enumerate(used):
-        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s})
+    for k, (j, d, r, f, s, p) in enumerate(used):
+        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p})
     return Instr.make("LOOP", **fields)
 
 
-def group(moves: Sequence[tuple[int, int, int]]) -> tuple[Slot, ...] | None:
-    """Slots for (body offset, field index, stride) moves: moves of the same field by the same
-    stride at evenly spaced offsets share a slot.  None when more than :data:`SLOTS` are needed."""
-    by_key: dict[tuple[int, int], list[int]] = {}
-    for j, f, s in moves:
-        if not -MAX_STRIDE - 1 <= s <= MAX_STRIDE:
+def group(moves: Sequence[tuple[int, ...]]) -> tuple[Slot, ...] | None:
+    """Slots for (body offset, field index, stride[, period]) moves: moves of the same field by
+    the same stride and period at evenly spaced offsets share a slot.  None when more than
+    :data:`SLOTS` are needed or a stride or period does not fit its field."""
+    by_key: dict[tuple[int, int, int], list[int]] = {}
+    for j, f, s, *rest in moves:
+        p = rest[0] if rest else 0
+        if not -MAX_STRIDE - 1 <= s <= MAX_STRIDE or p > MAX_PERIOD:
             return None
-        by_key.setdefault((f, s), []).append(j)
+        by_key.setdefault((f, s, p), []).append(j)
     out: list[Slot] = []
-    for (f, s), js in sorted(by_key.items(), key=lambda kv: (min(kv[1]), kv[0])):
+    for (f, s, p), js in sorted(by_key.items(), key=lambda kv: (min(kv[1]), kv[0])):
         js.sort()
         i = 0
         while i < len(js):
             if i + 1 == len(js):
-                out.append((js[i], 1, 1, f, s))
+                out.append((js[i], 1, 1, f, s, p))
                 break
             d = js[i + 1] - js[i]
-            if d > MAX_STEP:
-                out.append((js[i], 1, 1, f, s))
-                i += 1
-                continue
             r = 2
             while i + r < len(js) and js[i + r] - js[i + r - 1] == d and r < MAX_COUNT:
                 r += 1
-            out.append((js[i], d, r, f, s))
+            out.append((js[i], d, r, f, s, p))
             i += r
         if len(out) > SLOTS:
             return None
     return tuple(sorted(out))
 
 
-__all__ = ["SLOTS", "MAX_BODY", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slots", "strides"]
+__all__ = ["SLOTS", "MAX_BODY", "MAX_PERIOD", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slots", "strides"]

@@ -88,12 +88,22 @@ class LKernel:
         return f"{self.kernel.name} ({'+'.join(self.ops)})"
 
     def min_bytes(self) -> int:
-        """Compulsory DRAM traffic: every distinct tensor read or written, once."""
+        """Compulsory DRAM traffic: every distinct tensor read or written, once; of a windowed
+        kernel's input (convolution, pooling) only the pixels some window reads (a strided 1x1
+        convolution reads one pixel in stride x stride)."""
+        return sum(self.compulsory().values())
+
+    def compulsory(self) -> dict[tuple, int]:
+        """The compulsory bytes of each distinct tensor (keyed by name, address, shape, strides)."""
         seen: dict[tuple, int] = {}
-        for t in self.kernel.tensors():
+        window = _window(self.kernel)
+        for i, t in enumerate(self.kernel.tensors()):
             key = (t.name, t.addr, t.shape, t.strides)
-            seen[key] = _distinct_bytes(t)
-        return sum(seen.values())
+            n = _distinct_bytes(t)
+            if i == 0 and window is not None and t.rank == 4:
+                n = n * window[0] // max(t.shape[2], 1) * window[1] // max(t.shape[3], 1)
+            seen[key] = max(seen.get(key, 0), n)
+        return seen
 
 
 def _distinct_bytes(t) -> int:
@@ -102,6 +112,32 @@ def _distinct_bytes(t) -> int:
         if stride != 0:
             n *= size
     return n
+
+
+def _window(k) -> tuple[int, int] | None:
+    """(input rows, input columns) some window of a conv or pool kernel reads, or None."""
+    a = k.attrs
+    if k.kind not in ("conv2d", "depthwise_conv2d", "pool2d") or a is None or not k.inputs or k.output.rank != 4:
+        return None
+    x = k.inputs[0]
+    if x.rank != 4:
+        return None
+    if k.kind == "pool2d":
+        kh, kw = a.kernel
+    else:
+        w = k.inputs[1] if len(k.inputs) > 1 else None
+        if w is None or w.rank != 4:
+            return None
+        kh, kw = w.shape[2], w.shape[3]
+    out = k.output.shape
+    return tuple(_touched(x.shape[2 + d], (kh, kw)[d], a.stride[d], a.padding[d], a.dilation[d], out[2 + d])
+                 for d in range(2))
+
+
+def _touched(n: int, k: int, stride: int, pad: int, dil: int, out: int) -> int:
+    """How many of ``n`` input positions the ``out`` windows of ``k`` taps read."""
+    return len({o * stride - pad + r * dil for o in range(out) for r in range(k)} & set(range(n)))
+
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,8 @@ def inspect_npub(data: bytes, art) -> dict:
         "constant_bytes": len(npub.constants),
         "memory_plan": {
             "dram_arena_bytes": npub.memory_plan.dram_arena_size,
-            "regions": [{"name": r.name, "kind": r.kind.name.lower(), "offset": r.offset, "bytes": r.size}
+            "regions": [{"name": r.name, "kind": r.kind.name.lower(), "offset": r.offset, "bytes": r.size,
+                         "memory": _memory_at(art.target, r.offset)}
                         for r in npub.memory_plan.regions],
             "sram": [{"scratchpad_bytes": s.scratchpad_bytes, "accumulator_bytes": s.accumulator_bytes}
                      for s in npub.memory_plan.sram],
@@ -103,8 +104,16 @@ def inspect_text(d: dict) -> str:
     lines.append(f"code: {d['instructions']:,} instructions, {d['code_bytes']:,} bytes; constants {d['constant_bytes']:,} bytes")
     lines.append(f"memory plan: DRAM arena {mp['dram_arena_bytes']:,} bytes")
     for r in mp["regions"]:
-        lines.append(f"  {r['kind']:<12} {r['name']:<24} offset {r['offset']:>12,}  {r['bytes']:>12,} bytes")
+        lines.append(f"  {r['kind']:<12} {r['name']:<24} offset {r['offset']:>12,}  {r['bytes']:>12,} bytes"
+                     + (f"  in {r['memory']}" if r.get("memory") else ""))
     return "\n".join(lines) + "\n"
+
+
+def _memory_at(target, offset: int) -> str | None:
+    """The memory of the target's system address map that holds ``offset`` (None: unknown)."""
+    window_at = getattr(target, "window_at", None)
+    w = window_at(offset) if window_at is not None else None
+    return w.memory.name if w is not None else None
 
 
 def disassemble_npub(art) -> str:

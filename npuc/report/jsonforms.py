@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 
 def target_dict(t) -> dict:
     """Every parameter of a target (as in its TOML file) and its derived figures."""
-    d = dataclasses.asdict(t)
+    d = t.document()
     d["derived"] = {
         "peak_macs_per_cycle": t.peak_macs_per_cycle,
         "clock_hz": t.clock_hz,
@@ -16,6 +15,8 @@ def target_dict(t) -> dict:
         "dram_gb_per_s": t.dram_gb_per_s,
         "spad_bytes_per_cycle": t.spad_bytes_per_cycle,
         "has_fp16": t.has_fp16,
+        "dram_bytes_per_cycle": t.dram_bytes_per_cycle,
+        "address_map": [{"memory": w.memory.name, "base": w.base, "end": w.end} for w in t.windows],
     }
     return d
 

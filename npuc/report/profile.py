@@ -18,6 +18,7 @@ is what the systolic array itself did.  ``to_dict`` is the JSON form (``npuc pro
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,12 +45,17 @@ class LayerProfile:
     instructions: int
     min_dram_bytes: int  # compulsory traffic: every tensor read or written once
     peak_macs_per_cycle: int = 1
-    dram_bytes_per_cycle: int = 1
+    dram_bytes_per_cycle: float = 1
     dram_read_bytes: int = 0
     dram_write_bytes: int = 0
     spad_bytes: int = 0   # scratchpad bytes read and written
     acc_bytes: int = 0    # accumulator bytes read and written
     array_macs: int = 0   # MACs the systolic array did (the rest ran on the vector unit)
+    # Per memory of the target (in its order): DMA-side bytes read and written, their energy.
+    memory_read_bytes: tuple[int, ...] = ()
+    memory_write_bytes: tuple[int, ...] = ()
+    memory_energy_pj: tuple[float, ...] = ()
+    min_memory_cycles: float = 0  # the compulsory bytes' time on the busiest DMA port (0: unknown)
 
     @property
     def utilization(self) -> float:
@@ -57,16 +63,23 @@ class LayerProfile:
         return self.macs / (self.cycles * self.peak_macs_per_cycle) if self.cycles else 0.0
 
     @property
+    def _memory_cycles(self) -> float:
+        return self.min_memory_cycles or self.min_dram_bytes / self.dram_bytes_per_cycle
+
+    @property
     def lower_bound_cycles(self) -> int:
-        """max(MACs / PEs, compulsory DRAM bytes / bandwidth): no schedule can beat it."""
-        return max(-(-self.macs // self.peak_macs_per_cycle), -(-self.min_dram_bytes // self.dram_bytes_per_cycle))
+        """max(MACs / PEs, the compulsory bytes' time on the busiest DMA port): no schedule can
+        beat it.  Compulsory bytes: every tensor read or written once, and of a convolution's or
+        pooling's input only the pixels a window reads; each at the bandwidth of the memory it
+        lives in, the memories behind one port adding up."""
+        return max(-(-self.macs // self.peak_macs_per_cycle), math.ceil(self._memory_cycles - 1e-9))
 
     @property
     def bound(self) -> str:
         """What limits the layer at its lower bound: "compute" or "memory" ("host" on the CPU)."""
         if self.kind == "cpu":
             return "host"
-        return "compute" if self.macs / self.peak_macs_per_cycle >= self.min_dram_bytes / self.dram_bytes_per_cycle else "memory"
+        return "compute" if self.macs / self.peak_macs_per_cycle >= self._memory_cycles else "memory"
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -95,6 +108,7 @@ class Profile:
     runs: tuple[SegmentRun, ...] = field(repr=False)
     labels: tuple[tuple[str, ...], ...] = field(repr=False)  # per NPU program, per instruction
     programs: tuple = field(default=(), repr=False)  # every NPU program of the binary (by segment index)
+    compulsory: tuple[tuple[str, int], ...] = ()  # (memory, bytes of weights, inputs and outputs in it)
 
     @property
     def clock_hz(self) -> float:
@@ -145,6 +159,27 @@ class Profile:
         cap = self.npu_cycles * self.target.peak_macs_per_cycle
         return self.macs / cap if cap else 0.0
 
+    @property
+    def lower_bound_cycles(self) -> int:
+        """The network's lower bound: max(MACs / PEs, the compulsory bytes (every weight, input
+        and output once) at the bandwidth of the memory each lives in, on the busiest DMA port)."""
+        return max(-(-self.macs // self.target.peak_macs_per_cycle),
+                   math.ceil(memory_bound_cycles(self.target, dict(self.compulsory)) - 1e-9))
+
+    def memory_figures(self) -> list[dict]:
+        """Per memory of the target: kind, port, bytes read and written by the DMA, their energy,
+        and the bandwidth use (bytes moved over what the memory could move in the NPU cycles)."""
+        out = []
+        comp = dict(self.compulsory)
+        for i, m in enumerate(self.target.memories):
+            rd = sum(_at(layer.memory_read_bytes, i) for layer in self.layers)
+            wr = sum(_at(layer.memory_write_bytes, i) for layer in self.layers)
+            cap = self.npu_cycles * m.bytes_per_cycle
+            out.append({"memory": m.name, "kind": m.kind, "port": m.port, "read_bytes": rd, "write_bytes": wr,
+                        "energy_pj": sum(_at(layer.memory_energy_pj, i) for layer in self.layers),
+                        "bandwidth_use": (rd + wr) / cap if cap else 0.0, "compulsory_bytes": comp.get(m.name, 0)})
+        return out
+
     def totals(self) -> dict[str, float]:
         """The headline figures, by name."""
         return {
@@ -158,6 +193,7 @@ class Profile:
             "dram_bytes": self.dram_bytes,
             "macs": self.macs,
             "array_utilization": self.utilization,
+            "lower_bound_cycles": self.lower_bound_cycles,
         }
 
     @property
@@ -183,7 +219,7 @@ class Profile:
             "target": t.name,
             "clock_hz": t.clock_hz,
             "peak_macs_per_cycle": t.peak_macs_per_cycle,
-            "dram_bytes_per_cycle": t.dma.bytes_per_cycle,
+            "dram_bytes_per_cycle": t.dram_bytes_per_cycle,
             "total_cycles": self.total_cycles,
             "npu_cycles": self.npu_cycles,
             "cpu_seconds": self.cpu_seconds,
@@ -197,6 +233,8 @@ class Profile:
             "traffic_bytes": self.memory_traffic(),
             "macs": self.macs,
             "utilization": self.utilization,
+            "lower_bound_cycles": self.lower_bound_cycles,
+            "memories": self.memory_figures(),
             "layers": [layer.to_dict() for layer in self.layers],
         }
 
@@ -211,6 +249,53 @@ class Profile:
 
 
 PROFILE_SCHEMA = "npuc.profile/1"
+
+
+def _at(values: tuple, i: int):
+    return values[i] if i < len(values) else 0
+
+
+def off_chip_bytes(a: Actions, target) -> tuple[int, int]:
+    """(read, written) DMA-side bytes of the off-chip memories (kinds flash and dram); bytes
+    counted without a memory go to the one that holds activations."""
+    rd = wr = 0
+    for i, m in enumerate(target.memories):
+        if not m.on_chip:
+            rd += _at(a.memory_read, i)
+            wr += _at(a.memory_write, i)
+    if not target.activation_memory.on_chip:
+        rd += a.dram_read - sum(a.memory_read)
+        wr += a.dram_write - sum(a.memory_write)
+    return rd, wr
+
+
+def memory_bound_cycles(target, per_memory: dict[str, int]) -> float:
+    """Cycles the busiest DMA port needs to move ``per_memory`` bytes (memory name -> bytes), each
+    memory at its bandwidth, the memories behind one port one after another."""
+    ports: dict[str, float] = {}
+    for m in target.memories:
+        ports[m.port] = ports.get(m.port, 0.0) + per_memory.get(m.name, 0) / m.bytes_per_cycle
+    return max(ports.values(), default=0.0)
+
+
+def compulsory_bytes(npub, target) -> tuple[tuple[str, int], ...]:
+    """Per memory: the bytes of the weights (the constants blob), the inputs and the outputs
+    that live in it, from the binary's memory plan and IO signature."""
+    per: dict[str, int] = {}
+
+    def add(addr: int, n: int) -> None:
+        w = target.window_at(addr)
+        name = w.memory.name if w is not None else target.activation_memory.name
+        per[name] = per.get(name, 0) + n
+
+    from npuc.runtime.npub_model import RegionKind
+
+    for r in npub.memory_plan.regions:
+        if r.kind == RegionKind.CONSTANTS:
+            add(r.offset, len(npub.constants))
+    for t in (*npub.io_signature.inputs, *npub.io_signature.outputs):
+        add(t.dram_offset, t.type.nbytes)
+    return tuple((m.name, per[m.name]) for m in target.memories if m.name in per)
 
 
 # ------------------------------------------------------------------------------------ building
@@ -280,11 +365,11 @@ def build_profile(npub, target, programs, runs: list[SegmentRun]) -> Profile:
             names = "+".join(o[1] for o in ops)
             layers.append(LayerProfile(r.name, f"cpu: {names}", "cpu", r.name, "", cycles, 0, 0, 0,
                                        r.cpu_seconds * HOST_POWER_W * 1e12, 0, 0,
-                                       target.peak_macs_per_cycle, target.dma.bytes_per_cycle))
+                                       target.peak_macs_per_cycle, target.dram_bytes_per_cycle))
             continue
         layers.extend(_npu_layers(r, npub, target, programs[r.index], layer_meta, all_labels))
     return Profile(npub.metadata.model_name if npub.metadata else "", target, tuple(layers), tuple(runs),
-                   tuple(all_labels), tuple(programs))
+                   tuple(all_labels), tuple(programs), compulsory_bytes(npub, target))
 
 
 def executed(program, labels: tuple[str, ...]) -> tuple[list, tuple[str, ...]]:
@@ -317,15 +402,22 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
     for lab in order:
         a = acts.get(lab, Actions())
         row = info.get(lab, [lab, "", [], "", a.macs, 0])
-        energy = sum(energy_breakdown(a, target.energy).values()) + static_pj_per_cycle * cycles.get(lab, 0)
+        breakdown = energy_breakdown(a, target)
+        energy = sum(breakdown.values()) + static_pj_per_cycle * cycles.get(lab, 0)
+        per_memory = dict(row[6]) if len(row) > 6 else None
+        nmem = len(target.memories)
+        off_rd, off_wr = off_chip_bytes(a, target)
         out.append(LayerProfile(
             name=lab or "(program)", op="+".join(row[2]), kind=row[1], segment=r.name, source=row[3],
-            cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=a.dram_read + a.dram_write,
+            cycles=cycles.get(lab, 0), macs=int(row[4]) if lab in info else a.macs, dram_bytes=off_rd + off_wr,
             sram_bytes=a.spad_read + a.spad_write + a.acc_read + a.acc_write, energy_pj=energy,
             instructions=count.get(lab, 0), min_dram_bytes=int(row[5]),
-            peak_macs_per_cycle=target.peak_macs_per_cycle, dram_bytes_per_cycle=target.dma.bytes_per_cycle,
-            dram_read_bytes=a.dram_read, dram_write_bytes=a.dram_write, spad_bytes=a.spad_read + a.spad_write,
+            peak_macs_per_cycle=target.peak_macs_per_cycle, dram_bytes_per_cycle=target.dram_bytes_per_cycle,
+            dram_read_bytes=off_rd, dram_write_bytes=off_wr, spad_bytes=a.spad_read + a.spad_write,
             acc_bytes=a.acc_read + a.acc_write, array_macs=a.macs,
+            memory_read_bytes=(a.memory_read + (0,) * nmem)[:nmem], memory_write_bytes=(a.memory_write + (0,) * nmem)[:nmem],
+            memory_energy_pj=tuple(breakdown[m.name] for m in target.memories),
+            min_memory_cycles=memory_bound_cycles(target, per_memory) if per_memory else 0,
         ))
     return out
 
@@ -355,8 +447,19 @@ def totals_text(p: Profile) -> str:
         f"total: {p.total_cycles:,} cycles ({p.npu_cycles:,} on the NPU, {p.cpu_seconds * 1e3:.3f} ms on the CPU) "
         f"= {t['latency_ms']:.3f} ms at {p.target.clock.mhz:g} MHz, {t['inferences_per_s']:.1f} inferences/s; "
         f"energy {t['energy_mj']:.3f} mJ per inference, average power {t['average_power_mw']:.1f} mW; "
-        f"DRAM {p.dram_bytes:,} bytes; {p.macs:,} MACs, array utilization {100 * p.utilization:.1f}%"
+        f"DRAM {p.dram_bytes:,} bytes; {p.macs:,} MACs, array utilization {100 * p.utilization:.1f}%; "
+        f"network lower bound {p.lower_bound_cycles:,} cycles\n" + memory_text(p)
     )
+
+
+def memory_text(p: Profile) -> str:
+    """One line per memory: bytes read and written, energy, bandwidth use, compulsory bytes."""
+    lines = []
+    for f in p.memory_figures():
+        lines.append(f"  {f['memory']} ({f['kind']}, {f['port']}): read {f['read_bytes']:,} B, written {f['write_bytes']:,} B, "
+                     f"{f['energy_pj'] / 1e6:.3f} uJ, bandwidth use {100 * f['bandwidth_use']:.1f}%, "
+                     f"compulsory {f['compulsory_bytes']:,} B")
+    return "\n".join(lines)
 
 
 def profile_text(p: Profile) -> str:

@@ -76,8 +76,8 @@ __all__ = [
 ]
 
 MAGIC = b"\x89NPUB\r\n\x1a"
-FORMAT_VERSION = (2, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 2: four instruction queues and LOOP
-HOST_CODE_VERSION = (2, 1)  # a binary with a HOST_CODE section: older 2.x readers skip the section
+FORMAT_VERSION = (3, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 3: variable-length instructions, LOOP periods
+HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x readers skip the section
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file

@@ -2,7 +2,8 @@
 
 npuc.codegen.package writes, as canonical JSON in the metadata's extra keys, what the runtime's
 profile needs and the binary does not otherwise say: ``npuc.layers`` (per program, per kernel:
-name, kind, graph ops, source location, MACs, compulsory DRAM bytes) and ``npuc.cpu`` (per CPU
+name, kind, graph ops, source location, MACs, compulsory DRAM bytes, and those bytes per memory of
+the target) and ``npuc.cpu`` (per CPU
 segment: name, estimated seconds, FLOPs, bytes moved, and each op with its reason and cost).
 :func:`profile_metadata` parses both and checks their shape, so that an edited binary is refused
 with a sentence at load time instead of failing in the middle of a profile.
@@ -18,8 +19,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from npuc.errors import BinaryFormatError
 
-# [name, kind, [graph ops], source, macs, min_dram_bytes]
-LayerRow = tuple[str, str, list[str], str, int, int]
+# [name, kind, [graph ops], source, macs, min_dram_bytes(, [[memory, compulsory bytes]])]: binaries
+# written before memories were data have no per-memory list
+LayerRow = tuple[str, str, list[str], str, int, int, list[tuple[str, int]]] | tuple[str, str, list[str], str, int, int]
 # [value, op, reason, seconds]
 CpuOpRow = tuple[str, str, str, float]
 # [name, seconds, flops, transfer_bytes, [ops]]

@@ -308,7 +308,18 @@ def check_fits_target(n: "Npub", target: object, source: str | None = None) -> N
     """
     c = _Check(source, "MEMORY_PLAN section")
     name = getattr(target, "name", "?")
-    dram = _memory_size(target, "dram")
+    window_at = getattr(target, "window_at", None)
+    if window_at is not None:  # a Target: the arena is the used part of its system address map
+        top = target.address_space_bytes
+        if n.memory_plan.dram_arena_size > top:
+            what = "DRAM" if len(target.memories) == 1 else "system address map"
+            raise c.fail(f"the DRAM arena of {n.memory_plan.dram_arena_size} bytes exceeds the {top}-byte {what} "
+                         f"of target '{name}'")
+        for r in n.memory_plan.regions:
+            if r.size and window_at(r.offset, r.offset + r.size) is None:
+                raise c.fail(f"region '{r.name}' [0x{r.offset:x}, 0x{r.offset + r.size:x}) is not inside one memory of "
+                             f"target '{name}''s system address map")
+    dram = _memory_size(target, "dram") if window_at is None else None
     if dram is not None and n.memory_plan.dram_arena_size > dram:
         raise c.fail(
             f"the DRAM arena of {n.memory_plan.dram_arena_size} bytes exceeds the {dram}-byte DRAM of target '{name}'"

@@ -38,7 +38,10 @@ class _Table:
         self.cache: dict[tuple, tuple[int, int]] = {}
 
     def time(self, op: str, fields: dict[str, Any]) -> tuple[int, int]:
-        key = (op,) + tuple(sorted((k, v) for k, v in fields.items() if k not in _ADDRESS_FIELDS))
+        # A DMA's time depends on the memory its DRAM-side address falls in (not the address).
+        w = self.target.window_at(fields["dram_addr"]) if "dram_addr" in fields else None
+        key = (op, w.index if w is not None else -1) + tuple(
+            sorted((k, v) for k, v in fields.items() if k not in _ADDRESS_FIELDS))
         hit = self.cache.get(key)
         if hit is None:
             d = get_def(op)

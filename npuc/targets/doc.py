@@ -7,6 +7,7 @@ docs/targets.md equal to its output: regenerate with ``python -m npuc.targets.do
 
 from __future__ import annotations
 
+import inspect
 import typing
 
 from pydantic import BaseModel
@@ -21,17 +22,37 @@ _INTRO = f"""\
 `npuc.targets.doc.targets_markdown()`; do not edit by hand (`python -m npuc.targets.doc > docs/targets.md`).*
 
 A target is a TOML file describing one NPU of the family in DESIGN.md: the systolic array, the
-scratchpad and accumulator SRAMs, the vector unit, the DMA engine and DRAM, the clock and the
-energy table. `npuc.load_target(name_or_path)` takes a preset name or a path, validates the file
+scratchpad and accumulator SRAMs, the vector unit, the memories the DMA reaches (any number of
+`[memory.NAME]` tables: off-chip flash or DRAM, a shared on-chip SRAM), the clock and the energy
+table. `npuc.load_target(name_or_path)` takes a preset name or a path, validates the file
 strictly and returns a frozen, hashable `Target`; a new NPU variant is a new file. The default
 target is `{DEFAULT_TARGET}`.
 
 Validation refuses, naming the file, the dotted key and the reason: a missing key, an unknown
 key, a wrong type (integers must be TOML integers; floats accept integers), a zero or negative
 size, a power-of-two rule broken (`scratchpad.banks`, `scratchpad.bank_width_bytes`,
-`vector.lanes`, `dma.burst_bytes`), a scratchpad that is not a whole number of bank rows, an
-accumulator that is not a whole number of 32-bit words, memories larger than the instruction set
-can address (DRAM 4 GiB, scratchpad and accumulator 16 MiB), an array without int8.
+`vector.lanes`, `memory.NAME.burst_bytes`), a scratchpad that is not a whole number of bank rows,
+an accumulator that is not a whole number of 32-bit words, memories larger than the instruction set
+can address (the system address map 4 GiB, scratchpad and accumulator 16 MiB), an array without
+int8, a flash memory that would hold anything but weights, no memory holding weights, activations
+or model inputs and outputs, a memory name that is not lower-case or is reserved.
+
+**The system address map.** Every `[memory.NAME]` table gets a window of the DMA's 32-bit address
+space, in the order of the tables: the first at 0, each next one at the previous end rounded up to
+64 KiB. A DMA's timing (bandwidth, latency, burst), its port and its energy come from the memory
+its address falls in; a transfer that spans two windows, leaves every window or stores into a
+flash memory is refused before the program runs. Memories behind different `port`s stream in
+parallel (as Ethos-U's two AXI ports); behind one port they share it. The memory planner places
+constants in the fastest memory that holds `weights`, and inputs, outputs and activations in the
+fastest memory that holds them for their lifetime (an on-chip SRAM before DRAM), spilling to the
+next. `Target.dram_bytes_per_cycle` (and the derived `Target.dma`, `Target.dram`) are the figures
+of the off-chip memory that holds activations: the slowest memory that may hold them.
+
+**The older form.** A file with `[dma]`, `[dram]` and `energy.dram_pj_per_byte` instead of
+`[memory.NAME]` tables still loads: it is one memory `dram` of kind dram holding everything,
+behind port `axi0`, with read and write energy `energy.dram_pj_per_byte`; such a target has the
+fingerprint it had before memories were data, so its binaries keep loading. A file may not mix the
+two forms.
 
 `Target.fingerprint()` is the SHA-256 of the canonical JSON of every parameter except `name` and
 `description`: two files describing the same hardware share it, and a `.npub` binary records it.
@@ -103,7 +124,7 @@ def _section_model(annotation) -> type[BaseModel] | None:
 
 def _value(target, section: str, key: str) -> str:
     holder = getattr(target, section) if section else target
-    if holder is None:
+    if holder is None or not hasattr(holder, key):
         return "-"
     v = getattr(holder, key)
     if isinstance(v, tuple):
@@ -117,12 +138,49 @@ def _section(section: str, model: type[BaseModel], targets) -> str:
     head = "| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |"
     rows = [head, "|---|---|---|" + "---|" * len(targets)]
     for key, info in model.model_fields.items():
+        if f"{section}.{key}" in _OLDER_KEYS:
+            continue
         unit = (info.json_schema_extra or {}).get("unit", "")
         dotted = f"{section}.{key}"
         vals = " | ".join(_value(t, section, key) for t in targets)
         rows.append(f"| `{dotted}` | {unit} | {info.description} | {vals} |")
     doc = (model.__doc__ or "").strip().removeprefix(f"``[{section}]``: ")
     return f"## `[{section}]`\n\n{doc[:1].upper() + doc[1:]}\n\n" + "\n".join(rows) + "\n"
+
+
+_OLDER_KEYS = ("energy.dram_pj_per_byte",)  # listed with the older form only
+
+
+def _memory_section(targets) -> str:
+    from npuc.targets.schema import MemorySchema
+
+    head = "| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |"
+    rows = [head, "|---|---|---|" + "---|" * len(targets)]
+    for key, info in MemorySchema.model_fields.items():
+        unit = (info.json_schema_extra or {}).get("unit", "")
+        vals = " | ".join("; ".join(f"{m.name}: {_value(m, '', key)}" for m in t.memories) for t in targets)
+        rows.append(f"| `memory.NAME.{key}` | {unit} | {info.description} | {vals} |")
+    amap = [head.replace("| key | unit | meaning |", "| address map | | |"), rows[1]]
+    amap.append("| windows | bytes | base..end of each memory's window | " + " | ".join(
+        "; ".join(f"{w.memory.name} [0x{w.base:x}, 0x{w.end:x})" for w in t.windows) for t in targets) + " |")
+    amap.append("| activations | | the memory behind `Target.dram_bytes_per_cycle` | " + " | ".join(
+        t.activation_memory.name for t in targets) + " |")
+    doc = " ".join(inspect.cleandoc(MemorySchema.__doc__ or "").split()).removeprefix("``[memory.NAME]``: ")
+    return ("## `[memory.NAME]`\n\n" + doc[:1].upper() + doc[1:] + "\n\n" + "\n".join(rows) + "\n\n"
+            + "\n".join(amap) + "\n")
+
+
+def _older_section() -> str:
+    from npuc.targets.schema import DmaSchema, DramSchema
+
+    rows = ["| key | unit | meaning |", "|---|---|---|"]
+    for section, model in (("dma", DmaSchema), ("dram", DramSchema)):
+        for key, info in model.model_fields.items():
+            rows.append(f"| `{section}.{key}` | {(info.json_schema_extra or {}).get('unit', '')} | {info.description} |")
+    info = TargetSchema.model_fields["energy"].annotation.model_fields["dram_pj_per_byte"]
+    rows.append(f"| `energy.dram_pj_per_byte` | pJ/B | {info.description} |")
+    return ("## The older form: `[dma]` and `[dram]`\n\nRead as one `[memory.dram]` (above); no preset uses it.\n\n"
+            + "\n".join(rows) + "\n")
 
 
 def _host_section(targets) -> str:
@@ -144,15 +202,19 @@ def targets_markdown() -> str:
     """The full target-file reference as Markdown."""
     targets = sorted((load_target(n) for n in list_presets()), key=lambda t: t.peak_macs_per_cycle)
     parts = [_INTRO]
-    top = {k: f for k, f in TargetSchema.model_fields.items() if k != "host" and _section_model(f.annotation) is None}
+    top = {k: f for k, f in TargetSchema.model_fields.items()
+           if k not in ("host", "memory", "dma", "dram") and _section_model(f.annotation) is None}
     rows = ["| key | unit | meaning | " + " | ".join(f"`{t.name}`" for t in targets) + " |", "|---|---|---|" + "---|" * len(targets)]
     for key, info in top.items():
         unit = (info.json_schema_extra or {}).get("unit", "")
         rows.append(f"| `{key}` | {unit} | {info.description} | " + " | ".join(_value(t, "", key) for t in targets) + " |")
     parts.append("## Top level\n\n" + "\n".join(rows) + "\n")
     for key, info in TargetSchema.model_fields.items():
-        if key not in top and key != "host":
+        if key == "memory":
+            parts.append(_memory_section(targets))
+        elif key not in top and key not in ("host", "dma", "dram"):
             parts.append(_section(key, _section_model(info.annotation), targets))
+    parts.append(_older_section())
     parts.append(_host_section(targets))
     names, rows = targets_table([t.name for t in targets])
     derived = ["| figure | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]

@@ -17,9 +17,8 @@ from npuc.targets.target import (
     AreaConfig,
     ArrayConfig,
     ClockConfig,
-    DmaConfig,
-    DramConfig,
     EnergyConfig,
+    MemoryConfig,
     ScratchpadConfig,
     Target,
     VectorConfig,
@@ -76,14 +75,32 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         scratchpad=ScratchpadConfig(**s.scratchpad.model_dump()),
         accumulator=AccumulatorConfig(**s.accumulator.model_dump()),
         vector=VectorConfig(**s.vector.model_dump()),
-        dma=DmaConfig(**s.dma.model_dump()),
-        dram=DramConfig(**s.dram.model_dump()),
+        memories=_memories(s),
         clock=ClockConfig(mhz=float(s.clock.mhz)),
-        energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items()}),
+        energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items() if k != "dram_pj_per_byte"}),
         area=None if s.area is None else AreaConfig(
             **{k: v if k.endswith("_ports") else float(v) for k, v in s.area.model_dump().items()}),
         host_triple=s.host.triple if s.host is not None else None,
     )
+
+
+def _memories(s: TargetSchema) -> tuple[MemoryConfig, ...]:
+    """The [memory.NAME] tables in file order; the older form ([dma], [dram] and
+    energy.dram_pj_per_byte) is one DRAM named ``dram`` holding everything, behind port ``axi0``."""
+    if s.memory is None:
+        e = float(s.energy.dram_pj_per_byte)
+        return (MemoryConfig("dram", "dram", s.dram.size_bytes, _number(s.dma.bytes_per_cycle), s.dma.latency_cycles,
+                             s.dma.burst_bytes, e, e, ("weights", "activations", "io"), "axi0"),)
+    return tuple(
+        MemoryConfig(name, m.kind, m.size_bytes, _number(m.bytes_per_cycle), m.latency_cycles, m.burst_bytes,
+                     float(m.read_pj_per_byte), float(m.write_pj_per_byte), tuple(m.holds), m.port)
+        for name, m in s.memory.items()
+    )
+
+
+def _number(v: float) -> float | int:
+    """A bandwidth as written: whole numbers stay integers (cycle counts divide them exactly)."""
+    return int(v) if float(v).is_integer() else float(v)
 
 
 _PLAIN = {

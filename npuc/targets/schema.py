@@ -8,12 +8,14 @@ The checked document is turned into the frozen :class:`npuc.targets.target.Targe
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from npuc.isa.enums import Dataflow
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
+from npuc.targets.target import WINDOW_ALIGN
 
 
 
@@ -107,8 +109,56 @@ class VectorSchema(_Strict):
         return _power_of_two(v)
 
 
+MemoryKind = Literal["flash", "dram", "sram"]
+Holds = Literal["weights", "activations", "io"]
+_NAME = r"^[a-z][a-z0-9_]*$"
+# Names a memory may not take: the NPU's own buffers and the other entries of an energy breakdown.
+RESERVED_MEMORY_NAMES = ("scratchpad", "spad", "accumulator", "acc", "mac_int8", "mac_fp16", "spad_read",
+                         "spad_write", "acc_read", "acc_write", "vector", "instruction", "static")
+
+
+class MemorySchema(_Strict):
+    """``[memory.NAME]``: a memory the DMA reaches (off-chip flash or DRAM, a shared on-chip SRAM).
+
+    The tables' order is the order of the windows in the system address map.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    kind: MemoryKind = key("text", "flash (off-chip, read-only: weights), dram (off-chip) or sram (shared on-chip SRAM, reached by DMA)")
+    size_bytes: int = key("bytes", "capacity; its window in the system address map has this size", gt=0, le=1 << DRAM_ADDR_BITS)
+    bytes_per_cycle: float = key("B/cycle", "bandwidth at the NPU clock, shared by the loads and stores of every memory behind the same port", gt=0, le=4096)
+    latency_cycles: int = key("cycles", "latency of one transfer, from issue to data complete (overlaps other transfers)", ge=0, le=1 << 20)
+    burst_bytes: int = key("bytes", "burst, a power of two: every contiguous run moves whole bursts", gt=0, le=1 << 16)
+    read_pj_per_byte: float = key("pJ/B", "read, per byte of whole bursts", ge=0, le=1e6)
+    write_pj_per_byte: float = key("pJ/B", "write, per byte of whole bursts", ge=0, le=1e6)
+    holds: list[Holds] = key("list", "what the memory planner may place in it: weights (constants), activations, io (model inputs and outputs)")
+    port: str = key("text", "the DMA port it sits behind: memories behind different ports stream in parallel, behind one port they share it", min_length=1, max_length=32, pattern=_NAME)
+
+    @field_validator("burst_bytes")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        return _power_of_two(v)
+
+    @field_validator("holds")
+    @classmethod
+    def _holds(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must list at least one of weights, activations, io")
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists an entry twice: {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _flash_is_read_only(self) -> "MemorySchema":
+        if self.kind == "flash" and set(self.holds) - {"weights"}:
+            raise ValueError(f"a flash memory is read-only: it may hold weights only, not {', '.join(h for h in self.holds if h != 'weights')}")
+        return self
+
+
 class DmaSchema(_Strict):
-    """``[dma]``: the engine between DRAM and the on-chip memories."""
+    """``[dma]``: the engine between DRAM and the on-chip memories (the older form of a target
+    file with one off-chip memory; read as ``[memory.dram]``)."""
 
     bytes_per_cycle: int = key("B/cycle", "DRAM bandwidth of the DMA port, shared by loads and stores", gt=0)
     latency_cycles: int = key("cycles", "latency of one transfer, from issue to data complete (overlaps other transfers)", ge=0)
@@ -121,7 +171,7 @@ class DmaSchema(_Strict):
 
 
 class DramSchema(_Strict):
-    """``[dram]``: the off-chip memory."""
+    """``[dram]``: the off-chip memory (the older form, with ``[dma]``)."""
 
     size_bytes: int = key("bytes", "DRAM capacity (at most 4 GiB: 32-bit addresses)", gt=0, le=1 << DRAM_ADDR_BITS)
 
@@ -147,7 +197,7 @@ class EnergySchema(_Strict):
     spad_write_pj_per_byte: float = key("pJ/B", "scratchpad write, per byte", ge=0, le=MAX_ENERGY_PJ)
     acc_read_pj_per_byte: float = key("pJ/B", "accumulator read, per byte", ge=0, le=MAX_ENERGY_PJ)
     acc_write_pj_per_byte: float = key("pJ/B", "accumulator write, per byte", ge=0, le=MAX_ENERGY_PJ)
-    dram_pj_per_byte: float = key("pJ/B", "DRAM access (read or write), per byte of whole bursts", ge=0, le=MAX_ENERGY_PJ)
+    dram_pj_per_byte: float | None = Field(None, description="DRAM access (read or write), per byte of whole bursts: only in the older form with [dma] and [dram]", json_schema_extra={"unit": "pJ/B"}, ge=0, le=MAX_ENERGY_PJ)
     vector_lane_op_pj: float = key("pJ", "one vector lane-operation", ge=0, le=MAX_ENERGY_PJ)
     instruction_pj: float = key("pJ", "fetch and issue of one instruction", ge=0, le=MAX_ENERGY_PJ)
     static_power_mw: float = key("mW", "static (leakage) power, charged over the whole run", ge=0, le=MAX_STATIC_MW)
@@ -187,9 +237,43 @@ class TargetSchema(_Strict):
     scratchpad: ScratchpadSchema
     accumulator: AccumulatorSchema
     vector: VectorSchema
-    dma: DmaSchema
-    dram: DramSchema
+    memory: dict[str, MemorySchema] | None = Field(None, description="the memories the DMA reaches, one [memory.NAME] table each (or, in the older form, [dma] and [dram])")
+    dma: DmaSchema | None = Field(None, description="the older form: the DMA port of the one DRAM")
+    dram: DramSchema | None = Field(None, description="the older form: the one DRAM")
     clock: ClockSchema
     energy: EnergySchema
     area: AreaSchema | None = Field(None, description="the area estimate (optional)")
     host: HostSchema | None = Field(None, description="the host CPU (optional; default: the machine npuc runs on)")
+
+    @field_validator("memory")
+    @classmethod
+    def _memories(cls, v: dict[str, MemorySchema] | None) -> dict[str, MemorySchema] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must describe at least one memory")
+        for name in v:
+            if not re.match(_NAME, name) or len(name) > 32:
+                raise ValueError(f"memory name '{name}' must be lower-case letters, digits and '_', starting with a letter (at most 32)")
+            if name in RESERVED_MEMORY_NAMES:
+                raise ValueError(f"memory name '{name}' is reserved (the NPU's own buffers and energy entries: {', '.join(RESERVED_MEMORY_NAMES)})")
+        for what in ("weights", "activations", "io"):
+            if not any(what in m.holds for m in v.values()):
+                raise ValueError(f"no memory holds {what}: list it in the holds of one memory")
+        top = 0
+        for m in v.values():
+            top = -(-top // WINDOW_ALIGN) * WINDOW_ALIGN + m.size_bytes
+        if top > 1 << DRAM_ADDR_BITS:
+            raise ValueError(f"the memories' windows end at byte {top:,}, past the 4 GiB the DMA addresses (32-bit)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "TargetSchema":
+        legacy = {"dma": self.dma, "dram": self.dram, "energy.dram_pj_per_byte": self.energy.dram_pj_per_byte}
+        given = [k for k, v in legacy.items() if v is not None]
+        if self.memory is not None and given:
+            raise ValueError(f"give the memories as [memory.NAME] tables or as [dma] and [dram] with energy.dram_pj_per_byte, not both (found {', '.join(given)} beside [memory])")
+        if self.memory is None and len(given) != len(legacy):
+            missing = [k for k in legacy if legacy[k] is None]
+            raise ValueError(f"no [memory.NAME] tables, and the older form misses {', '.join(missing)}")
+        return self

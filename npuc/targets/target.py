@@ -1,7 +1,8 @@
 """The target: a frozen, hashable description of one NPU, built from a validated target file.
 
-The sections mirror the TOML file (``target.array.rows``, ``target.dma.bytes_per_cycle``, ...);
-the derived figures (peak MACs per cycle, peak TOPS, bandwidth in GB/s) are properties.  The
+The sections mirror the TOML file (``target.array.rows``, ``target.memories``, ...); the derived
+figures (peak MACs per cycle, peak TOPS, bandwidth in GB/s, the system address map) are
+properties.  The
 fingerprint hashes every hardware parameter, so two files that describe the same hardware under
 different names share it; the ``.npub`` container records it to refuse a binary built for
 another target.
@@ -10,6 +11,7 @@ another target.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -51,20 +53,83 @@ class VectorConfig:
     lanes: int
 
 
+# What a memory may hold: the model's constants (weights, biases, tables), its activations (the
+# tensors between kernels) and its inputs and outputs (written and read by the runtime).
+HOLDS = ("weights", "activations", "io")
+# Kinds of the memories the DMA reaches: read-only off-chip flash, off-chip DRAM, a shared on-chip
+# SRAM.  A flash memory is never written by the NPU.
+MEMORY_KINDS = ("flash", "dram", "sram")
+# Every window of the system address map starts at a multiple of this (64 KiB).
+WINDOW_ALIGN = 1 << 16
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """One memory the DMA reaches through the system address map (a ``[memory.NAME]`` table)."""
+
+    name: str
+    kind: str                 # one of MEMORY_KINDS
+    size_bytes: int
+    bytes_per_cycle: float    # bandwidth, NPU clock cycles
+    latency_cycles: int       # from issue of a transfer to its data complete
+    burst_bytes: int          # every contiguous run moves whole bursts
+    read_pj_per_byte: float
+    write_pj_per_byte: float
+    holds: tuple[str, ...]    # a subset of HOLDS
+    port: str                 # the DMA port it sits behind: memories on one port share its bandwidth
+
+    @property
+    def writable(self) -> bool:
+        return self.kind != "flash"
+
+    @property
+    def on_chip(self) -> bool:
+        return self.kind == "sram"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A memory's window in the system address map: bytes [base, base + size) are that memory."""
+
+    index: int  # the memory's position in Target.memories
+    base: int
+    memory: MemoryConfig
+
+    @property
+    def end(self) -> int:
+        return self.base + self.memory.size_bytes
+
+
 @dataclass(frozen=True)
 class DmaConfig:
-    """The DMA engine: bandwidth, latency of one transfer, DRAM burst size."""
+    """The DMA figures of the memory that holds activations (``Target.dma``: kept for scripts that
+    read ``target.dma.bytes_per_cycle``; derived from that memory, not stated in the file)."""
 
-    bytes_per_cycle: int
+    bytes_per_cycle: float
     latency_cycles: int
     burst_bytes: int
 
 
 @dataclass(frozen=True)
 class DramConfig:
-    """Off-chip DRAM."""
+    """The size of the memory that holds activations (``Target.dram``; derived, as DmaConfig)."""
 
     size_bytes: int
+
+
+def address_map(memories: tuple[MemoryConfig, ...]) -> tuple[Window, ...]:
+    """The windows of ``memories`` in file order, each base the previous end rounded up to
+    WINDOW_ALIGN (the first at 0)."""
+    out, top = [], 0
+    for i, m in enumerate(memories):
+        base = -(-top // WINDOW_ALIGN) * WINDOW_ALIGN
+        out.append(Window(i, base, m))
+        top = base + m.size_bytes
+    return tuple(out)
+
+
+# Preference when several memories may hold a tensor: on-chip SRAM first, then DRAM, then flash.
+_SPEED_RANK = {"sram": 0, "dram": 1, "flash": 2}
 
 
 @dataclass(frozen=True)
@@ -84,7 +149,6 @@ class EnergyConfig:
     spad_write_pj_per_byte: float
     acc_read_pj_per_byte: float
     acc_write_pj_per_byte: float
-    dram_pj_per_byte: float
     vector_lane_op_pj: float
     instruction_pj: float
     static_power_mw: float
@@ -115,7 +179,7 @@ _NOT_HARDWARE = ("name", "description", "area", "host_triple")
 
 @dataclass(frozen=True)
 class Target:
-    """One NPU: its array, memories, DMA, clock and energy table."""
+    """One NPU: its array, on-chip buffers, the memories its DMA reaches, clock and energy table."""
 
     name: str
     description: str
@@ -123,8 +187,7 @@ class Target:
     scratchpad: ScratchpadConfig
     accumulator: AccumulatorConfig
     vector: VectorConfig
-    dma: DmaConfig
-    dram: DramConfig
+    memories: tuple[MemoryConfig, ...]
     clock: ClockConfig
     energy: EnergyConfig
     area: AreaConfig | None = None
@@ -158,14 +221,76 @@ class Target:
         """Peak arithmetic rate in tera-operations per second."""
         return self.peak_ops_per_s(dtype) / 1e12
 
+    # ------------------------------------------------------------------ memories
+    @functools.cached_property
+    def windows(self) -> tuple[Window, ...]:
+        """The system address map: one window per memory, in file order."""
+        return address_map(self.memories)
+
     @property
-    def dram_bytes_per_cycle(self) -> int:
-        return self.dma.bytes_per_cycle
+    def address_space_bytes(self) -> int:
+        """One past the last byte of the system address map."""
+        return max(w.end for w in self.windows)
+
+    def memory(self, name: str) -> MemoryConfig:
+        for m in self.memories:
+            if m.name == name:
+                return m
+        raise TargetError(f"target '{self.name}' has no memory named '{name}' (it has {', '.join(m.name for m in self.memories)})")
+
+    def window_of(self, name: str) -> Window:
+        return self.windows[self.memories.index(self.memory(name))]
+
+    def window_at(self, addr: int, end: int | None = None) -> Window | None:
+        """The window holding bytes [addr, end) (end: addr + 1), or None when they are not all
+        in one window."""
+        end = addr + 1 if end is None else end
+        for w in self.windows:
+            if w.base <= addr < w.end:
+                return w if end <= w.end else None
+        return None
+
+    def memories_holding(self, what: str) -> tuple[MemoryConfig, ...]:
+        """The memories that may hold ``what`` (one of HOLDS), fastest first (on-chip SRAM, then
+        DRAM, then flash; file order among equals)."""
+        return tuple(sorted((m for m in self.memories if what in m.holds), key=lambda m: _SPEED_RANK[m.kind]))
+
+    @property
+    def activation_memory(self) -> MemoryConfig:
+        """The off-chip memory that holds activations (the backing store a spill goes to): the
+        slowest memory that may hold them."""
+        return self.memories_holding("activations")[-1]
+
+    @property
+    def weight_memory(self) -> MemoryConfig:
+        """The memory the constants are placed in: the fastest that may hold weights."""
+        return self.memories_holding("weights")[0]
+
+    @property
+    def ports(self) -> tuple[str, ...]:
+        """The DMA ports, in order of first appearance; port 0 is the DMA unit of the simulator."""
+        return tuple(dict.fromkeys(m.port for m in self.memories))
+
+    @property
+    def dma(self) -> DmaConfig:
+        """Bandwidth, latency and burst of the memory that holds activations (derived)."""
+        m = self.activation_memory
+        return DmaConfig(m.bytes_per_cycle, m.latency_cycles, m.burst_bytes)
+
+    @property
+    def dram(self) -> DramConfig:
+        """The size of the memory that holds activations (derived)."""
+        return DramConfig(self.activation_memory.size_bytes)
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        """Bandwidth of the off-chip memory that holds activations, bytes per cycle."""
+        return self.activation_memory.bytes_per_cycle
 
     @property
     def dram_gb_per_s(self) -> float:
-        """DMA bandwidth in GB/s (10^9 bytes per second)."""
-        return self.dma.bytes_per_cycle * self.clock_hz / 1e9
+        """That bandwidth in GB/s (10^9 bytes per second)."""
+        return self.dram_bytes_per_cycle * self.clock_hz / 1e9
 
     @property
     def spad_bytes_per_cycle(self) -> int:
@@ -184,11 +309,33 @@ class Target:
         return self.energy.static_power_mw * 1e-3 * (cycles / self.clock_hz) * 1e12
 
     # ------------------------------------------------------------------ identity
+    def document(self) -> dict:
+        """The target as the document its TOML file parses to: tables of scalars and lists, the
+        memories as ``memory.NAME`` tables in order, the host triple as ``[host]``
+        (``target_from_dict(t.document())`` gives ``t`` back)."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        d["memory"] = {m.pop("name"): m for m in d.pop("memories")}
+        triple = d.pop("host_triple", None)
+        if triple is not None:
+            d["host"] = {"triple": triple}
+        if d.get("area") is None:
+            d.pop("area", None)
+        return d
+
     def hardware_params(self) -> dict:
-        """Every hardware parameter as a nested dict (name and description left out)."""
+        """Every hardware parameter as a nested dict (name and description left out).  A target
+        with one DRAM that holds everything (the older file form) gives the older form's
+        parameters, so its fingerprint, and the binaries that record it, stay as they were."""
         d = dataclasses.asdict(self)
         for key in _NOT_HARDWARE:
             d.pop(key)
+        (m, *more) = self.memories
+        if not more and m == MemoryConfig("dram", "dram", m.size_bytes, m.bytes_per_cycle, m.latency_cycles,
+                                          m.burst_bytes, m.read_pj_per_byte, m.read_pj_per_byte, HOLDS, "axi0"):
+            d.pop("memories")
+            d["dma"] = {"bytes_per_cycle": m.bytes_per_cycle, "latency_cycles": m.latency_cycles, "burst_bytes": m.burst_bytes}
+            d["dram"] = {"size_bytes": m.size_bytes}
+            d["energy"]["dram_pj_per_byte"] = m.read_pj_per_byte
         return d
 
     def fingerprint(self) -> bytes:
@@ -209,9 +356,19 @@ class Target:
             ("scratchpad", f"{self.scratchpad.size_bytes // 1024} KiB, {self.scratchpad.banks} banks x {self.scratchpad.bank_width_bytes} B"),
             ("accumulator", f"{self.accumulator.size_bytes // 1024} KiB"),
             ("vector lanes", str(self.vector.lanes)),
-            ("DRAM bandwidth", f"{self.dram_gb_per_s:.3g} GB/s ({self.dma.bytes_per_cycle} B/cycle)"),
+            ("memories", "; ".join(_memory_summary(m, self.clock_hz) for m in self.memories)),
+            ("DRAM bandwidth", f"{self.dram_gb_per_s:.3g} GB/s ({self.dram_bytes_per_cycle:g} B/cycle)"),
             ("DMA latency", f"{self.dma.latency_cycles} cycles"),
-            ("DRAM", f"{self.dram.size_bytes // (1024 * 1024)} MiB"),
+            ("DRAM", _size_text(self.dram.size_bytes)),
             ("static power", f"{self.energy.static_power_mw:g} mW"),
             ("area (estimate)", f"{self.area_mm2:.3g} mm^2" if self.area is not None else "-"),
         )
+
+
+def _size_text(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n >= 1 << 20 else f"{n // 1024} KiB"
+
+
+def _memory_summary(m: MemoryConfig, clock_hz: float) -> str:
+    gb = m.bytes_per_cycle * clock_hz / 1e9
+    return f"{m.name} ({m.kind}, {_size_text(m.size_bytes)}, {gb:.3g} GB/s, {'+'.join(m.holds)})"

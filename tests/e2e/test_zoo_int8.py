@@ -36,9 +36,9 @@ CALIBRATION_SEEDS = (1, 2)
 # Targets per model: every CNN on the default preset, some on the small and large parts too
 # (the int8 path is npu-small's only NPU path).
 CNN_TARGETS = {
-    "torchvision:resnet18": ("npu-mid", "npu-large"),
+    "torchvision:resnet18": ("npu-mid", "npu-large", "u65-like-256"),
     "torchvision:resnet50": ("npu-mid",),
-    "torchvision:mobilenet_v2": ("npu-small", "npu-mid"),
+    "torchvision:mobilenet_v2": ("npu-small", "npu-mid", "u55-like-256"),
     "torchvision:mobilenet_v3_small": ("npu-mid", "npu-large"),
     "torchvision:efficientnet_b0": ("npu-mid",),
 }
@@ -70,7 +70,9 @@ def _timed_run(g: Graph, target: str, inputs):
     start = time.perf_counter()
     art = compile_graph(g, load_target(target), quantize="int8")
     compiled = time.perf_counter()
-    outs = art.run(*inputs)
+    outs, prof = art.run_profiled(*inputs)
+    beaten = [(la.name, la.cycles, la.lower_bound_cycles) for la in prof.layers if la.cycles < la.lower_bound_cycles]
+    assert not beaten, f"layers of {g.name} on {target} beat their lower bound: {beaten[:5]}"
     print(f"{g.name} int8 on {target}: compile {compiled - start:.1f} s, run {time.perf_counter() - compiled:.1f} s, "
           f"{art.report.kernels} kernels, {len(art.report.cpu_ops)} CPU ops")
     return art, outs

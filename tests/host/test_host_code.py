@@ -70,9 +70,9 @@ def test_a_damaged_host_code_section_is_refused(bert):
     cut = [RawSection(s.kind, s.flags, s.payload[:-3]) if s.kind == SectionKind.HOST_CODE else s for s in c.sections]
     with pytest.raises(BinaryFormatError, match="HOST_CODE section"):
         npuc.load(assemble(dataclasses.replace(c, sections=tuple(cut))))
-    as_2_0 = dataclasses.replace(c, version=(2, 0))
-    with pytest.raises(BinaryFormatError, match="exists from format 2.1"):
-        npuc.load(assemble(as_2_0))
+    as_3_0 = dataclasses.replace(c, version=(3, 0))
+    with pytest.raises(BinaryFormatError, match="exists from format 3.1"):
+        npuc.load(assemble(as_3_0))
     assert host.flags == 0  # optional: an older npuc skips it
 
 

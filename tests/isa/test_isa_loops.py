@@ -61,8 +61,25 @@ def test_nested_loops_and_outer_strides_into_an_inner_body():
 def test_grouped_slots_move_every_other_instruction():
     moves = [(1, 2, 64), (3, 2, 64), (5, 2, 64), (0, 4, 8)]
     (a, b) = group(moves)
-    assert a == (0, 1, 1, 4, 8) and b == (1, 2, 3, 2, 64)
-    assert group([(j, 2, 10 + j) for j in range(6)]) is None  # six different strides: too many
+    assert a == (0, 1, 1, 4, 8, 0) and b == (1, 2, 3, 2, 64, 0)
+    assert len(group([(j, 2, 10 + j) for j in range(16)])) == 16
+    assert group([(j, 2, 10 + j) for j in range(17)]) is None  # seventeen different strides: too many
+    assert group([(0, 2, 64, 2), (1, 2, 64, 0)]) == ((0, 1, 1, 2, 64, 2), (1, 1, 1, 2, 64, 0))  # periods apart
+
+
+def test_a_slot_with_a_period_alternates_between_buffers():
+    text = """
+    LOOP n=5 body=1 i0=0 f0=3 p0=2 s0=0x100 i1=0 f1=2 s1=0x40
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16
+    END
+    """
+    p = assemble(text)
+    dyn, _ = expand(list(p))
+    assert [(i.args.dram_addr, i.args.local_addr) for i in dyn[:-1]] == [
+        (0, 0), (0x40, 0x100), (0x80, 0), (0xC0, 0x100), (0x100, 0)]
+    assert decode_program(p.encode()) == list(p)
+    with pytest.raises((AsmError, FieldError), match="period 1"):
+        assemble("LOOP n=2 body=1 i0=0 f0=3 p0=1 s0=1\nDMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16\nEND")
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from npuc.errors import BinaryFormatError
 from npuc.isa import (
-    INSTR_BYTES,
     Deps,
     FieldError,
     Instr,
@@ -27,7 +26,8 @@ from npuc.isa import (
     format_instr,
 )
 from npuc.isa.asm import assemble_instr
-from npuc.isa.instr import FIELD_BITS, HEADER_BITS, build_args
+from npuc.isa.encoding import max_bytes
+from npuc.isa.instr import HEADER_BITS, MAX_FIELD_BITS, build_args
 
 DEFS = all_defs()
 
@@ -55,8 +55,25 @@ def deps_for(queue: Queue):
 
 
 @st.composite
+def loop_values(draw):
+    """LOOP fields that fit together: some stride slots used, the rest unused (at their defaults)."""
+    from npuc.isa.loops import MAX_BODY, MAX_PERIOD, SLOTS
+
+    body = draw(st.integers(1, MAX_BODY))
+    values = {"n": draw(st.integers(1, 65535)), "body": body}
+    for k in draw(st.sets(st.integers(0, SLOTS - 1), max_size=SLOTS)):
+        i = draw(st.integers(0, body - 1))
+        r = draw(st.integers(1, body - i))
+        d = draw(st.integers(1, max(1, (body - 1 - i) // max(1, r - 1))))
+        values.update({f"i{k}": i, f"r{k}": r, f"d{k}": d, f"f{k}": draw(st.integers(0, 31)),
+                       f"p{k}": draw(st.sampled_from([0, *range(2, MAX_PERIOD + 1)])),
+                       f"s{k}": draw(st.integers(-(1 << 31), (1 << 31) - 1).filter(bool))})
+    return values
+
+
+@st.composite
 def instrs(draw, d):
-    values = {f.name: draw(field_values(f)) for f in d.fields}
+    values = draw(loop_values()) if d.name == "LOOP" else {f.name: draw(field_values(f)) for f in d.fields}
     try:
         args = build_args(d, values)
     except FieldError:
@@ -66,8 +83,7 @@ def instrs(draw, d):
 
 def test_every_definition_fits_and_is_unique():
     assert len({d.opcode for d in DEFS}) == len({d.name for d in DEFS}) == len(DEFS)
-    assert all(d.field_bits <= FIELD_BITS for d in DEFS)
-    assert FIELD_BITS + HEADER_BITS == INSTR_BYTES * 8
+    assert all(d.field_bits <= MAX_FIELD_BITS for d in DEFS)
     names = {d.name for d in DEFS}
     for required in ("DMA_LOAD", "DMA_STORE", "LOAD_WEIGHTS", "MATMUL", "VBIN", "VUN", "LUT", "REQUANT", "VCVT", "VREDUCE", "VPOOL", "NOP", "END"):
         assert required in names
@@ -79,9 +95,13 @@ def test_every_definition_fits_and_is_unique():
 def test_roundtrip_every_instruction(d, data):
     ins = data.draw(instrs(d))
     raw = encode_instr(ins)
-    assert len(raw) == INSTR_BYTES
+    assert len(raw) <= max_bytes(d)
     assert raw[0] == d.opcode
-    assert decode_instr(raw) == ins
+    assert decode_instr(raw) == (ins, len(raw))
+    history = data.draw(st.lists(instrs(d), max_size=4))  # earlier ones of its mnemonic: fields taken from one
+    after = encode_instr(ins, history)
+    assert decode_instr(after, history=history) == (ins, len(after))
+    assert len(encode_instr(ins, [*history, ins])) == 2 + (d.mask_length_bits > 0)  # nothing changed: no field
     text = format_instr(ins)
     assert assemble_instr(text) == ins
     assert format_instr(assemble_instr(text)) == text
@@ -90,7 +110,7 @@ def test_roundtrip_every_instruction(d, data):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(data=st.data())
 def test_program_roundtrip(data):
-    body = data.draw(st.lists(st.sampled_from([d for d in DEFS if d.name != "END"]), max_size=12))
+    body = data.draw(st.lists(st.sampled_from([d for d in DEFS if d.name not in ("END", "LOOP")]), max_size=12))
     prog = [data.draw(instrs(d)) for d in body] + [Instr("END", build_args(DEFS[1], {}))]
     raw = encode_program(prog)
     assert decode_program(raw) == prog
@@ -102,7 +122,7 @@ def test_program_roundtrip(data):
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=8 * INSTR_BYTES))
+@given(st.binary(max_size=256))
 def test_decode_rejects_garbage_with_binary_format_error_only(data):
     try:
         instrs_ = decode_program(data)
@@ -112,36 +132,65 @@ def test_decode_rejects_garbage_with_binary_format_error_only(data):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(DEFS), st.binary(min_size=INSTR_BYTES - 1, max_size=INSTR_BYTES - 1))
-def test_decode_random_fields_of_known_opcode(d, tail):
+@given(st.sampled_from(DEFS), st.data())
+def test_decode_random_fields_of_known_opcode(d, data):
+    tail = data.draw(st.binary(min_size=max_bytes(d) - 1, max_size=max_bytes(d) - 1))
     raw = bytes([d.opcode]) + tail
     try:
-        ins = decode_instr(raw)
+        ins, n = decode_instr(raw)
     except BinaryFormatError:
         return
-    assert encode_instr(ins) == raw
+    assert encode_instr(ins) == raw[:n]
 
 
 END = encode_program([Instr("END", build_args(DEFS[1], {}))])
+NOP = encode_program([Instr("NOP", build_args(DEFS[0], {}))])
 
 
-def _word(opcode: int, deps: int = 0, fields: int = 0) -> bytes:
-    return (opcode | deps << 8 | fields << HEADER_BITS).to_bytes(INSTR_BYTES, "little")
+def _legal(f):
+    if f.kind == "enum":
+        return list(f.enum)[0]
+    return {"log2": 1, "f32": 1.0, "bool": 0}.get(f.kind, f.min_value)
+
+
+def _raw(name: str, fields: dict[str, int], deps: int = 0) -> bytes:
+    """The first instruction of ``name`` in a stream, writing out the raw bits of ``fields``
+    and of every required field (a legal value unless given); the others are left out."""
+    d = next(d for d in DEFS if d.name == name)
+    mask = body = pos = length = 0
+    for k, f in enumerate(d.fields):
+        if f.name in fields or f.default is None:
+            mask |= 1 << k
+            body |= fields.get(f.name, f.to_bits(_legal(f))) << pos
+            pos += f.bits
+            length = k + 1
+    lb = d.mask_length_bits
+    word = d.opcode | deps << 8 | (length | mask << lb | body << (lb + length)) << HEADER_BITS
+    return word.to_bytes(-(-(HEADER_BITS + lb + length + pos) // 8), "little")
+
+
+def _padded() -> bytes:
+    """A VFILL whose encoding has padding bits, with its top padding bit set."""
+    raw = encode_instr(Instr.make("VFILL", dtype="fp16", n0=4, dst=0, value=1.0))
+    bits = int.from_bytes(raw, "little").bit_length()
+    assert bits < len(raw) * 8
+    return (int.from_bytes(raw, "little") | 1 << (len(raw) * 8 - 1)).to_bytes(len(raw), "little")
 
 
 @pytest.mark.parametrize(
     "data,match",
     [
         (b"", "empty"),
-        (END[:-1], "not a whole number"),
-        (_word(0xEE) + END, "instruction 0 .*unknown opcode 0xee"),
-        (_word(0x00) + END, "unknown opcode 0x00"),
-        (_word(0x01, fields=1 << 200) + END, "nonzero bits past its last field"),
-        ((0x01 | 1 << 14).to_bytes(INSTR_BYTES, "little") + END, "reserved header bits 14-15"),
-        ((0x01 | 1 << 15).to_bytes(INSTR_BYTES, "little") + END, "reserved header bits 14-15"),
-        (_word(0x01), "does not end with END"),
-        (END + _word(0x01) + END, "END at instruction 0 is not the last"),
-        (_word(0x01) + END[:INSTR_BYTES - 1] + b"\x01", "instruction 1 .*reserved|nonzero"),
+        (END[:-1], "cut off"),
+        (b"\xee\x00" + END, "instruction 0 .*unknown opcode 0xee"),
+        (b"\x00\x00" + END, "unknown opcode 0x00"),
+        (_padded() + END, "nonzero padding bits"),
+        ((0x01 | 1 << 14).to_bytes(2, "little") + END, "earlier NOP number 1 .* the stream has 0 earlier ones"),
+        (NOP + (0x01 | 3 << 14).to_bytes(2, "little") + END, "earlier NOP number 3 .* the stream has 1 earlier"),
+        (NOP + NOP + (0x01 | 1 << 14).to_bytes(2, "little") + END, "another gives fewer bytes"),
+        (NOP, "does not end with END"),
+        (END + NOP + END, "END at instruction 0 is not the last"),
+        (NOP + END[:1], "instruction 1 .*cut off"),
     ],
 )
 def test_decode_errors_are_precise(data, match):
@@ -149,20 +198,41 @@ def test_decode_errors_are_precise(data, match):
         decode_program(data)
 
 
+def test_a_left_out_field_takes_the_previous_value_of_its_mnemonic():
+    a = Instr.make("LOAD_WEIGHTS", dtype="int8", addr=0x100, k=16, n=16)
+    b = Instr.make("LOAD_WEIGHTS", dtype="int8", addr=0x200, k=16, n=16)
+    code = encode_program([a, b, Instr.make("END")])
+    second = encode_instr(b, [a])
+    assert len(second) < len(encode_instr(b)) and code.endswith(second + END)
+    assert decode_program(code) == [a, b, Instr.make("END")]
+
+
+def test_decode_refuses_what_the_encoder_does_not_write():
+    d = next(d for d in DEFS if d.name == "LOAD_WEIGHTS")
+    # a required field left out of the first instruction of its mnemonic: nothing to take it from
+    lb = d.mask_length_bits
+    dtype = d.fields[0]
+    other = next(m for m in dtype.enum if m != dtype.default)
+    word = d.opcode | (1 | 1 << lb | dtype.to_bits(other) << (lb + 1)) << HEADER_BITS
+    with pytest.raises(BinaryFormatError, match="leaves out field 'addr', which has no earlier value"):
+        decode_program(word.to_bytes(-(-(HEADER_BITS + lb + 1 + 3) // 8), "little") + END)
+    # a mask whose last bit is clear (its length says one field more than it writes)
+    word = d.opcode | (2 | 1 << lb) << HEADER_BITS
+    with pytest.raises(BinaryFormatError, match="last bit is clear"):
+        decode_program(word.to_bytes(4, "little") + END)
+    # a field written out at its reference value (the default: s_n = the element size)
+    size = d.field("dtype").default.size
+    with pytest.raises(BinaryFormatError, match="writes out field 's_n' although it holds its reference value"):
+        decode_program(_raw("LOAD_WEIGHTS", {"s_n": size}) + END)
+
+
 def test_decode_rejects_bad_field_values():
-    vbin = next(d for d in DEFS if d.name == "VBIN")
-    # op field (3 bits at bit 16) = 7: not a BinOp.
+    # op field = 7: not a BinOp.
     with pytest.raises(BinaryFormatError, match="VBIN field 'op' must be one of add"):
-        decode_program(_word(vbin.opcode, fields=7) + END)
-    vfill = next(d for d in DEFS if d.name == "VFILL")
-    good = Instr.make("VFILL", dtype="fp16", n0=4, dst=0, value=1.0)
-    word = int.from_bytes(encode_instr(good), "little")
-    pos = HEADER_BITS + sum(f.bits for f in vfill.fields[:-1])
+        decode_program(_raw("VBIN", {"op": 7}) + END)
     nan_bits = struct.unpack("<I", struct.pack("<f", math.nan))[0]
-    bad = (word & ~(0xFFFFFFFF << pos)) | nan_bits << pos
     with pytest.raises(BinaryFormatError, match="'value' must be a float \\(not NaN\\)"):
-        decode_program(bad.to_bytes(INSTR_BYTES, "little") + END)
+        decode_program(_raw("VFILL", {"value": nan_bits}) + END)
     # n0 = 0 is below the count's minimum of 1.
-    zero_n0 = word & ~(0xFFFF << (HEADER_BITS + 3))
     with pytest.raises(BinaryFormatError, match="'n0' must be in \\[1, 65535\\]"):
-        decode_program(zero_n0.to_bytes(INSTR_BYTES, "little") + END)
+        decode_program(_raw("VFILL", {"n0": 0}) + END)

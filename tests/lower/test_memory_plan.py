@@ -62,13 +62,13 @@ def test_lifetimes_follow_kernel_order():
 
 def test_greedy_placement_shares_disjoint_lifetimes_only():
     bufs = [Buffer("a", 100, ACTIVATION), Buffer("b", 100, ACTIVATION), Buffer("c", 64, ACTIVATION)]
-    offsets, peak = greedy_by_size(bufs, {"a": (0, 1), "b": (2, 3), "c": (1, 2)})
+    offsets, peak, _ = greedy_by_size(bufs, {"a": (0, 1), "b": (2, 3), "c": (1, 2)})
     assert offsets["a"] == offsets["b"] == 0  # a and b never live together
     assert offsets["c"] >= 128 and peak == offsets["c"] + 64
 
 
 def test_a_model_that_does_not_fit_dram_names_the_sizes():
-    tiny = edited_target(dram__size_bytes=8192, name="tiny-dram")
+    tiny = edited_target(**{"memory.dram__size_bytes": 8192}, name="tiny-dram")
     with pytest.raises(CompileError, match=r"needs [\d,]+ bytes of DRAM .* target 'tiny-dram' has 8,192"):
         npuc.compile(seeded(SmallCnn()), (torch.randn(1, 3, 32, 32),), target=tiny)
 

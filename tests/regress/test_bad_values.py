@@ -92,7 +92,7 @@ def test_simulator_dram_is_bounded_by_the_targets():
 @pytest.mark.parametrize("pattern,replacement,match", [
     (r"mhz = [0-9.]+", "mhz = 1e12", "clock.mhz"),
     (r"mhz = [0-9.]+", "mhz = inf", "clock.mhz"),
-    (r"dram_pj_per_byte = [0-9.]+", "dram_pj_per_byte = inf", "finite"),
+    (r"read_pj_per_byte = [0-9.]+", "read_pj_per_byte = inf", "finite"),
     (r"mac_fp16_pj = [0-9.]+", "mac_fp16_pj = nan", "finite"),
     (r"static_power_mw = [0-9.]+", "static_power_mw = 1e30", "static_power_mw"),
     (r'name = "npu-mid"', 'name = "' + "a" * 300 + '"', "at most 64 characters"),

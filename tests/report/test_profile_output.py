@@ -59,13 +59,17 @@ def test_profile_json_and_csv_from_the_cli(binary, tmp_path):
     assert d == json.loads(json.dumps(compiled().profile(*tiny_model()[1]).to_dict()))
     with open(tmp_path / "csv" / "tiny_per-layer.csv") as f:
         rows = list(csv.DictReader(f))
-    assert tuple(rows[0]) == PER_LAYER_COLUMNS and len(rows) == len(d["layers"])
+    assert tuple(rows[0]) == PER_LAYER_COLUMNS + ("dram.read_bytes", "dram.write_bytes", "dram.energy_pj")
+    assert len(rows) == len(d["layers"])
+    assert sum(int(r["dram.read_bytes"]) + int(r["dram.write_bytes"]) for r in rows) == d["dram_bytes"]
     assert sum(int(r["cycles"]) for r in rows) == d["total_cycles"]
     assert sum(int(r["macs"]) for r in rows) == d["macs"]
     assert sum(float(r["cycles_pct"]) for r in rows) == pytest.approx(100, abs=0.01)
     with open(tmp_path / "csv" / "tiny_summary.csv") as f:
         (summary,) = list(csv.DictReader(f))
-    assert tuple(summary) == SUMMARY_COLUMNS
+    assert tuple(summary) == SUMMARY_COLUMNS + tuple(f"dram.{c}" for c in (
+        "read_bytes", "write_bytes", "energy_pj", "bandwidth_use_pct", "compulsory_bytes"))
+    assert int(summary["lower_bound_cycles"]) == d["lower_bound_cycles"] <= d["total_cycles"]
     assert int(summary["total_cycles"]) == d["total_cycles"] and int(summary["macs"]) == d["macs"]
     assert summary["target"] == "npu-mid" and summary["model"] == "tinynet"
 

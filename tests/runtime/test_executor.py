@@ -69,6 +69,6 @@ def test_cpu_segments_read_constants_and_npu_results():
 
 def test_a_changed_configuration_of_the_same_target_is_refused():
     art = npuc.compile(torch.nn.Linear(4, 4).eval(), (torch.randn(1, 4),))
-    other = edited_target(dma__latency_cycles=81)  # still named npu-mid
+    other = edited_target(**{"memory.dram__latency_cycles": 81})  # still named npu-mid
     with pytest.raises(BinaryFormatError, match="a different configuration of target 'npu-mid'"):
         Executor(art.npub, other)

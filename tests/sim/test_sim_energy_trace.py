@@ -29,7 +29,7 @@ def test_energy_of_a_small_program_by_hand():
     assert (a.spad_read, a.spad_write) == (200, 200)
     assert (a.vector_lane_ops, a.instructions, a.macs) == (100, 4, 0)
     e = MID.energy
-    dynamic = 256 * e.dram_pj_per_byte + 200 * (e.spad_read_pj_per_byte + e.spad_write_pj_per_byte)
+    dynamic = 256 * MID.memory("dram").read_pj_per_byte + 200 * (e.spad_read_pj_per_byte + e.spad_write_pj_per_byte)
     dynamic += 100 * e.vector_lane_op_pj + 4 * e.instruction_pj
     static = e.static_power_mw * 1e-3 * r.total_cycles / MID.clock_hz * 1e12
     assert r.energy_breakdown_pj["static"] == pytest.approx(static)

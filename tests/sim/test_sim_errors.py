@@ -70,7 +70,7 @@ def test_waiting_on_a_finished_queue_is_a_deadlock():
 
 
 def test_dram_limits():
-    with pytest.raises(SimulationError, match=r"exceeds target 'npu-small''s 268435456-byte DRAM"):
+    with pytest.raises(SimulationError, match=r"exceeds target 'npu-small''s 268435456-byte system address map"):
         simulate(assemble("END"), SMALL, dram_size=(1 << 28) + 1)
     with pytest.raises(SimulationError, match=r"operand 'dram' in DRAM: bytes 0x0..0x3f run past the end of the 32-byte memory"):
         simulate(assemble("DMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=64\nEND"), MID, np.zeros(32, np.uint8))

@@ -3,6 +3,7 @@ file, the dotted key and the reason."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tomllib
 from importlib import resources
@@ -14,7 +15,7 @@ import npuc.targets
 from npuc.errors import TargetError
 from npuc.targets import DEFAULT_TARGET, Target, list_presets, load_target, target_from_dict
 
-PRESETS = ["npu-large", "npu-mid", "npu-small"]
+PRESETS = ["npu-large", "npu-mid", "npu-small", "u55-like-256", "u65-like-256"]
 
 
 def preset_doc(name: str = "npu-mid") -> dict:
@@ -33,11 +34,17 @@ def write_toml(path, doc: dict) -> None:
             return "[" + ", ".join(scalar(x) for x in v) + "]"
         return repr(v)
 
+    def table(name: str, tbl: dict) -> list[str]:
+        out = [f"\n[{name}]"] + [f"{k} = {scalar(v)}" for k, v in tbl.items() if not isinstance(v, dict)]
+        for k, v in tbl.items():
+            if isinstance(v, dict):
+                out += table(f"{name}.{k}", v)
+        return out
+
     lines = [f"{k} = {scalar(v)}" for k, v in doc.items() if not isinstance(v, dict)]
     for k, v in doc.items():
         if isinstance(v, dict):
-            lines.append(f"\n[{k}]")
-            lines += [f"{kk} = {scalar(vv)}" for kk, vv in v.items()]
+            lines += table(k, v)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -88,7 +95,7 @@ def test_target_is_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.array.rows = 4  # type: ignore[misc]
     assert hash(t) == hash(load_target("npu-mid"))
-    assert len({load_target(n) for n in PRESETS}) == 3
+    assert len({load_target(n) for n in PRESETS}) == len(PRESETS)
 
 
 def test_fingerprint_depends_on_hardware_only():
@@ -97,10 +104,11 @@ def test_fingerprint_depends_on_hardware_only():
     assert len(base.fingerprint()) == 32
     renamed = target_from_dict({**doc, "name": "my-copy", "description": "same hardware"})
     assert renamed.fingerprint() == base.fingerprint()
-    for section, key, value in [("array", "rows", 12), ("dma", "latency_cycles", 81), ("energy", "mac_int8_pj", 0.05)]:
-        changed = target_from_dict({**doc, section: {**doc[section], key: value}})
-        assert changed.fingerprint() != base.fingerprint(), (section, key)
-    assert len({load_target(n).fingerprint() for n in PRESETS}) == 3
+    for key, value in [("array.rows", 12), ("memory.dram.latency_cycles", 81), ("energy.mac_int8_pj", 0.05),
+                       ("memory.dram.write_pj_per_byte", 40.0), ("memory.dram.port", "axi1")]:
+        changed = target_from_dict(_edit(doc, key, value))
+        assert changed.fingerprint() != base.fingerprint(), key
+    assert len({load_target(n).fingerprint() for n in PRESETS}) == len(PRESETS)
 
 
 def test_summary_rows():
@@ -113,10 +121,11 @@ def test_summary_rows():
 
 def test_targets_table():
     names, rows = npuc.targets.targets_table()
-    assert names == ["npu-small", "npu-mid", "npu-large"]
+    assert names[0] == "npu-small" and names[-1] == "npu-large" and sorted(names) == PRESETS
     table = dict(rows)
-    assert table["peak MAC/cycle"] == ["64", "256", "1024"]
-    assert all(len(v) == 3 for v in table.values())
+    assert table["peak MAC/cycle"] == ["64", "256", "256", "256", "1024"]
+    assert all(len(v) == len(PRESETS) for v in table.values())
+    assert "flash" in table["memories"][names.index("u55-like-256")]
 
 
 def test_load_from_path(tmp_path):
@@ -131,7 +140,7 @@ def test_load_from_path(tmp_path):
 
 def _edit(doc: dict, dotted: str, value) -> dict:
     """A copy of doc with the dotted key set to value (or removed when value is ...)."""
-    doc = {k: dict(v) if isinstance(v, dict) else v for k, v in doc.items()}
+    doc = copy.deepcopy(doc)
     *path, last = dotted.split(".")
     tbl = doc
     for p in path:
@@ -154,18 +163,27 @@ def _edit(doc: dict, dotted: str, value) -> dict:
         ("clock.mhz", "fast", "valid number"),
         ("array.rows", 0, "greater than 0"),
         ("scratchpad.size_bytes", -4096, "greater than 0"),
-        ("dram.size_bytes", 0, "greater than 0"),
+        ("memory.dram.size_bytes", 0, "greater than 0"),
         ("clock.mhz", 0, "greater than 0"),
-        ("energy.dram_pj_per_byte", -1.0, "greater than or equal to 0"),
+        ("memory.dram.read_pj_per_byte", -1.0, "greater than or equal to 0"),
+        ("memory.dram.write_pj_per_byte", float("inf"), "finite"),
+        ("memory.dram.bytes_per_cycle", 0, "greater than 0"),
+        ("memory.dram.latency_cycles", 1.5, "valid integer"),
+        ("memory.dram.kind", "tape", "'flash', 'dram' or 'sram'"),
+        ("memory.dram.holds", [], "at least one of weights"),
+        ("memory.dram.holds", ["weights", "weights"], "twice"),
+        ("memory.dram.holds", ["weights", "cache"], "'weights', 'activations' or 'io'"),
+        ("memory.dram.port", "AXI 0", "should match pattern"),
+        ("memory.dram.extra", 1, "unknown key"),
         ("scratchpad.banks", 6, "power of two"),
         ("scratchpad.bank_width_bytes", 12, "power of two"),
         ("vector.lanes", 24, "power of two"),
-        ("dma.burst_bytes", 48, "power of two"),
+        ("memory.dram.burst_bytes", 48, "power of two"),
         ("array.dataflows", ["row_stationary"], "weight_stationary"),
         ("array.dataflows", [], "at least one"),
         ("array.dtypes", ["fp16"], "must include 'int8'"),
         ("accumulator.size_bytes", 1022, "multiple of 4"),
-        ("dram.size_bytes", 1 << 33, "less than or equal to"),
+        ("memory.dram.size_bytes", 1 << 33, "less than or equal to"),
         ("array.extra", 1, "unknown key"),
         ("bogus", 1, "unknown key"),
     ],

@@ -183,6 +183,8 @@ class PoolKernel:
         budget = target.scratchpad.size_bytes // NSETS
         if _is_global(kernel):
             chans = min(c, MAX_COUNT)
+            while chans > 1 and _round(chans * es) + 2 * _round(chans * 4) > budget:  # a small scratchpad: fewer channels per step
+                chans = -(-chans // 2)
             chunk = largest_fitting(lambda p: _round(p * chans * es), budget - 2 * _round(chans * 4), min(h * w, MAX_COUNT))
             if chunk == 0:
                 raise CompileError(f"kernel '{kernel.name}': a global pool chunk does not fit {budget} bytes")

@@ -6,7 +6,7 @@ from npuc.isa.actions import Actions
 from npuc.isa.enums import Queue, Unit
 from npuc.isa.fields import count, sint, uint
 from npuc.isa.instr import InstrDef, register
-from npuc.isa.loops import BODY_BITS, COUNT_BITS, FIELD_INDEX_BITS, MAX_BODY, SLOTS, STEP_BITS, STRIDE_BITS
+from npuc.isa.loops import BODY_BITS, COUNT_BITS, FIELD_INDEX_BITS, MAX_BODY, PERIOD_BITS, SLOT_FIELDS, SLOTS, STEP_BITS, STRIDE_BITS
 
 
 def _instr_only(a, target, regions) -> Actions:
@@ -65,6 +65,8 @@ def _loop_fields():
             uint(f"d{k}", STEP_BITS, f"stride slot {k}: step between the body instructions it moves", default=1, lo=1),
             uint(f"r{k}", COUNT_BITS, f"stride slot {k}: how many body instructions it moves", default=1, lo=1),
             uint(f"f{k}", FIELD_INDEX_BITS, f"stride slot {k}: field number in those instructions", default=0),
+            uint(f"p{k}", PERIOD_BITS, f"stride slot {k}: period (0: none; P >= 2: iteration k adds (k mod P) x stride)",
+                 default=0),
             sint(f"s{k}", STRIDE_BITS, f"stride slot {k}: added to the field per iteration (0: slot unused)", default=0),
         ]
     return tuple(out)
@@ -72,9 +74,11 @@ def _loop_fields():
 
 def _loop_validate(a) -> str | None:
     for k in range(SLOTS):
-        i, d, r, f, s = (getattr(a, f"{x}{k}") for x in "idrfs")
-        if s == 0 and (i, d, r, f) != (0, 1, 1, 0):
-            return f"stride slot {k} is unused (s{k}=0) but names instructions or a field"
+        i, d, r, f, p, s = (getattr(a, f"{x}{k}") for x in SLOT_FIELDS)
+        if s == 0 and (i, d, r, f, p) != (0, 1, 1, 0, 0):
+            return f"stride slot {k} is unused (s{k}=0) but names instructions, a field or a period"
+        if p == 1:
+            return f"stride slot {k} has period 1 (it would never move); a period is 0 (none) or at least 2"
         if s and i + (r - 1) * d >= a.body:
             return f"stride slot {k} reaches body instruction {i + (r - 1) * d}, but the body has {a.body}"
     return None
@@ -94,7 +98,7 @@ register(
         actions=lambda a, t, regions: Actions(),
         validate=_loop_validate,
         semantics_doc="In iteration k (from 0) of n, the body (the next `body` encoded "
-        "instructions, nested LOOPs and their bodies included) runs with k x `s{j}` added to "
+        "instructions, nested LOOPs and their bodies included) runs with k x `s{j}` (with a period `p{j}` >= 2: (k mod `p{j}`) x `s{j}`) added to "
         "field number `f{j}` (in the order the instruction's fields are listed) of body "
         "instructions `i{j}`, `i{j}+d{j}`, ..., `i{j}+(r{j}-1)*d{j}`, for every slot j whose "
         "stride `s{j}` is not 0. An outer LOOP may "

@@ -1,4 +1,9 @@
-"""DMA instructions: strided 3-D copies between DRAM and the scratchpad or accumulator."""
+"""DMA instructions: strided 3-D copies between the system address map (flash, DRAM, shared SRAM:
+every memory the DMA reaches, each in its window) and the scratchpad or accumulator.
+
+A transfer's timing and energy come from the memory its DMA-side address falls in
+(:meth:`npuc.targets.Target.window_at`); a transfer that spans two windows, leaves every window
+or writes a read-only flash is refused before the program runs (``transfer_problem``)."""
 
 from __future__ import annotations
 
@@ -48,14 +53,38 @@ def _validate(a) -> str | None:
     return None
 
 
+def transfer_problem(region: Region, target) -> str | None:
+    """Why the DMA side ``region`` of a transfer is illegal on ``target``'s address map, or None."""
+    w = target.window_at(region.addr, region.end)
+    if w is None:
+        inside = target.window_at(region.addr)
+        where = (f"starts in memory '{inside.memory.name}' [0x{inside.base:x}, 0x{inside.end:x}) and runs past its end"
+                 if inside is not None else "falls in no memory's window")
+        return (f"the DMA side 0x{region.addr:x}..0x{region.end - 1:x} {where}; the system address map is "
+                + ", ".join(f"{x.memory.name} [0x{x.base:x}, 0x{x.end:x})" for x in target.windows))
+    if region.writes and not w.memory.writable:
+        return f"a DMA_STORE may not write memory '{w.memory.name}': it is a read-only {w.memory.kind}"
+    return None
+
+
+def transfer_cycles(region: Region, target) -> tuple[int, int]:
+    """(busy cycles on the memory's port, latency) of a transfer whose DMA side is ``region``.
+
+    The simulator checks every region first (``transfer_problem``); an estimate of a region that
+    is not inside one window (the cost model's tile shapes) takes the memory its first byte is in,
+    or the memory that holds activations."""
+    w = target.window_at(region.addr, region.end) or target.window_at(region.addr)
+    m = w.memory if w is not None else target.activation_memory
+    moved = region.burst_bytes(m.burst_bytes)
+    return -int(-moved // m.bytes_per_cycle), m.latency_cycles
+
+
 def _timing(a, target, regions) -> tuple[int, int]:
-    dram = next(r for r in regions if r.mem is Mem.dram)
-    moved = dram.burst_bytes(target.dma.burst_bytes)
-    return -(-moved // target.dma.bytes_per_cycle), target.dma.latency_cycles
+    return transfer_cycles(next(r for r in regions if r.mem is Mem.dram), target)
 
 
 def _actions(a, target, regions):
-    return memory_actions(regions, target.dma.burst_bytes)
+    return memory_actions(regions, target)
 
 
 def _copy(st, a, regions) -> None:
@@ -64,15 +93,21 @@ def _copy(st, a, regions) -> None:
 
 
 _TIMING_DOC = (
-    "The DRAM side is cut into contiguous runs (dimensions merged from the innermost while their "
-    "stride equals the bytes spanned so far); each run is rounded up to whole `dma.burst_bytes` "
-    "bursts. busy = ceil(burst bytes / dma.bytes_per_cycle) cycles on the DRAM port (shared by "
-    "the load and store queues), then `dma.latency_cycles` of latency before the data is "
-    "complete. Transfers are pipelined: the next DMA of the same queue may start when the port "
-    "is free, before this one completes."
+    "The DRAM side (`dram_addr`: an address of the system address map) falls in one memory's "
+    "window, `memory.NAME`; it is cut into contiguous runs (dimensions merged from the innermost "
+    "while their stride equals the bytes spanned so far); each run is rounded up to whole "
+    "`memory.NAME.burst_bytes` bursts. busy = ceil(burst bytes / memory.NAME.bytes_per_cycle) "
+    "cycles on that memory's port (`memory.NAME.port`: shared by the load and store queues and by "
+    "every memory behind the same port; transfers on different ports overlap), then "
+    "`memory.NAME.latency_cycles` of latency before the data is complete. Transfers are "
+    "pipelined: the next DMA of the same queue may start when its port is free, before this one "
+    "completes. A DRAM side that spans two windows or leaves every window, and a store to a "
+    "flash memory, are refused before the program runs."
 )
 _ENERGY_DOC = (
-    "DRAM bytes: the burst-rounded bytes above; scratchpad or accumulator bytes: n0 x n1 x n2 x esize."
+    "DRAM-side bytes: the burst-rounded bytes above, counted for the memory they fall in "
+    "(`memory.NAME.read_pj_per_byte` for a load, `write_pj_per_byte` for a store); scratchpad or "
+    "accumulator bytes: n0 x n1 x n2 x esize."
 )
 
 register(

@@ -6,19 +6,22 @@ DRAM port serves loads and stores in the order they asked for it, so a stream of
 starves a store), then the lower queue number (load, compute, store, vector).  A
 head can start once
 
-* its queue allows it: on the load and store queues when the previous transfer has left the
-  DRAM port (transfers are pipelined); on an execute queue (compute, vector) when every earlier
+* its queue allows it: on the load and store queues when the previous transfer has left its
+  port (transfers are pipelined; a transfer to a memory behind another port may start beside
+  the previous one, as a DMA engine with a channel per port does); on an execute queue (compute, vector) when every earlier
   instruction of that queue has completed, except right after an instruction its definition
   ``may_follow`` (or ``pipelines_after``: then it starts when that one's own work is done)
   (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
   ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
   ``MATMUL_OS`` into the tile still draining waits for the drain);
-* its unit is free (the DRAM port is shared by loads and stores);
+* its unit is free (a DMA's unit is the port of the memory its address falls in: one port is
+  shared by loads and stores and by every memory behind it; DMAs on different ports overlap);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
 
-Instructions of an execute queue complete in order (an instruction started beside a longer
-one retires after it), so a token from one also vouches for every earlier one of its queue.
+Instructions of every queue complete in order (an instruction started beside a longer one
+retires after it; a transfer from a fast memory after an earlier one from a slow memory), so a
+token from one also vouches for every earlier one of its queue.
 
 Start times never decrease from one step to the next, so functional effects applied at start
 see every write their tokens order before them.  When no head can start and some queue is not
@@ -40,6 +43,7 @@ from npuc.runtime.sim.prepare import CHANNELS, Step, describe
 
 _NQ = len(Queue)
 _EXECUTES = tuple(q.executes for q in Queue)
+_DMA = int(Unit.dma)
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,12 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         queues[s.queue].append(i)
     head = [0] * _NQ
     qfree = [0] * _NQ  # earliest start allowed by the queue's order
+    qdone = [0] * _NQ  # latest completion so far (the transfer queues retire in order)
+    port_left: list[dict[int, int]] = [{} for _ in range(_NQ)]  # per queue, when its last transfer on each port left it
     last_step: list[Step | None] = [None] * _NQ  # each execute queue's last instruction
     last_start = [0] * _NQ  # and its start
     last_own_end = [0] * _NQ  # and when its own work was done (before in-order retirement)
-    ufree = [0] * len(Unit)
+    ufree = [0] * max([len(Unit)] + [s.resource + 1 for s in steps])  # units, then the DMA ports beyond the first
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
     ends = [0] * len(steps)
@@ -96,6 +102,8 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
                 t = last_own_end[q]
             else:
                 t = qfree[q]
+            if s.unit == _DMA and s.resource in port_left[q]:
+                t = max(t, port_left[q][s.resource])
             ready = True
             for c in s.waits:
                 if not chans[c]:
@@ -106,8 +114,8 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
             if not ready:
                 continue
             asked = t  # when it could start if its unit were free
-            if ufree[s.unit] > t:
-                t = ufree[s.unit]
+            if ufree[s.resource] > t:
+                t = ufree[s.resource]
             if best_q < 0 or (t, asked) < (best_t, best_asked):
                 best_t, best_q, best_asked = t, q, asked
         if best_q < 0:
@@ -125,14 +133,22 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         start = best_t
         issue_end = start + s.busy
         end = issue_end + s.latency
-        ufree[s.unit] = issue_end
+        ufree[s.resource] = issue_end
         if _EXECUTES[best_q]:
             last_own_end[best_q] = end
             end = max(end, qfree[best_q])  # in-order completion
             qfree[best_q] = end
             last_step[best_q], last_start[best_q] = s, start
         else:
-            qfree[best_q] = issue_end
+            # The next transfer of the queue starts when this one has left its port: the port's
+            # own free time enforces that; a transfer on another port need not wait.  Transfers
+            # retire in order (a fast memory's transfer waits for an earlier slow one), so a
+            # token still vouches for every earlier transfer of its queue.
+            qfree[best_q] = start if s.unit == _DMA else issue_end
+            if s.unit == _DMA:
+                port_left[best_q][s.resource] = issue_end
+            end = max(end, qdone[best_q])
+            qdone[best_q] = end
         for c in s.signals:
             chans[c].append(end)
         starts[index] = start

@@ -13,7 +13,8 @@ from typing import Sequence
 
 from npuc.errors import SimulationError
 from npuc.isa.actions import Actions
-from npuc.isa.enums import Mem, Queue
+from npuc.isa.defs.dma import transfer_problem
+from npuc.isa.enums import Mem, Queue, Unit
 from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, program_problem
 from npuc.isa.loops import expand, has_loops
 from npuc.isa.region import Region
@@ -38,6 +39,7 @@ class Step:
     regions: tuple[Region, ...]
     queue: int
     unit: int
+    resource: int  # what it occupies while busy: its unit, or (a DMA) the port of its memory
     busy: int
     latency: int
     waits: tuple[int, ...]
@@ -91,8 +93,9 @@ def prepare(
         except FieldError as e:
             raise SimulationError(str(e)) from None
         origin = tuple(expanded_from)
-    # Without a DRAM image the DRAM is as large as the DMAs reach, up to the target's DRAM.
-    dram_bound = dram_size if dram_size is not None else target.dram.size_bytes
+    # Without a DRAM image the DRAM is as large as the DMAs reach, up to the end of the system
+    # address map (each DMA-side region is checked against the map's windows).
+    dram_bound = dram_size if dram_size is not None else target.address_space_bytes
     sizes = {Mem.dram: dram_bound, Mem.spad: target.scratchpad.size_bytes, Mem.acc: target.accumulator.size_bytes}
     cache: dict[Instr, Step] = {}
     steps = []
@@ -108,6 +111,21 @@ def prepare(
     return steps, dram_size if dram_size is not None else dram_top, origin
 
 
+def port_resource(port: int) -> int:
+    """The resource index of DMA port ``port`` (port 0 is the DMA unit itself)."""
+    return int(Unit.dma) if port == 0 else len(Unit) + port - 1
+
+
+def _resource(d: InstrDef, regions: tuple[Region, ...], target: Target) -> int:
+    if d.unit is not Unit.dma:
+        return int(d.unit)
+    side = next((r for r in regions if r.mem is Mem.dram), None)
+    if side is None:
+        return int(Unit.dma)
+    w = target.window_at(side.addr, side.end)
+    return port_resource(target.ports.index(w.memory.port))
+
+
 def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step:
     d = ins.defn
     a = ins.args
@@ -115,6 +133,8 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
     regions = d.regions(a)
     for r in regions:
         reason = reason or r.problem(sizes[r.mem])
+        if r.mem is Mem.dram and not reason:
+            reason = transfer_problem(r, target)
     if reason:
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
@@ -125,10 +145,11 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         regions,
         int(d.queue),
         int(d.unit),
+        _resource(d, regions, target),
         busy,
         latency,
         *_tokens(ins.deps, d.queue),
-        tuple(vars(act).values()),
+        act.flat(len(target.memories)),
         d.may_follow,
         d.pipelines_after,
     )

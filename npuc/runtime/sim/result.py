@@ -28,7 +28,7 @@ class SimResult:
     """The outcome of simulating one program on one target.
 
     ``unit_busy`` counts the cycles each unit was occupied (``dma``, ``wload``, ``array``,
-    ``vector``, ``ctrl``); ``queue_busy`` the cycles during which each queue (``load``, ``compute``,
+    ``vector``, ``ctrl``; ``dma`` sums every DMA port, ``port_busy`` has each port apart); ``queue_busy`` the cycles during which each queue (``load``, ``compute``,
     ``store``, ``vector``) had an instruction in flight.  ``instructions`` counts dynamic
     instructions (LOOPs expanded); ``origin`` gives, per dynamic instruction, the index of the
     encoded instruction it comes from (None: the identity, a program without LOOPs).  ``energy_breakdown_pj`` has one entry per action kind plus
@@ -48,6 +48,7 @@ class SimResult:
     schedule: tuple  # (ops, queues, units, starts, ends), per dynamic instruction in program order
     leftover_tokens: dict[str, int]
     origin: tuple[int, ...] | None = None
+    port_busy: dict[str, int] | None = None  # per DMA port of the target: cycles its transfers occupied it
     dram: bytes | None = None
     spad: bytes | None = None
     acc: bytes | None = None

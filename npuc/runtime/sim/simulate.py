@@ -12,7 +12,7 @@ from npuc.isa.enums import Queue, Unit
 from npuc.isa.instr import Instr, Program
 from npuc.isa.state import MachineState
 from npuc.runtime.sim.engine import run
-from npuc.runtime.sim.prepare import CHANNELS, prepare
+from npuc.runtime.sim.prepare import CHANNELS, port_resource, prepare
 from npuc.runtime.sim.races import find_race
 from npuc.runtime.sim.result import SimResult
 from npuc.targets import Target
@@ -43,14 +43,15 @@ def simulate(
     """
     instrs = tuple(program)
     size = memoryview(dram).nbytes if dram is not None else dram_size
-    if size is not None and size > target.dram.size_bytes:
+    top = target.address_space_bytes
+    if size is not None and size > top:
         raise SimulationError(
-            f"a DRAM of {size} bytes exceeds target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
+            f"a DRAM image of {size} bytes exceeds target '{target.name}''s {top}-byte system address map"
         )
     steps, size, origin = prepare(instrs, target, size)
-    if size > target.dram.size_bytes:
+    if size > top:
         raise SimulationError(
-            f"the program's DMAs reach byte {size - 1}, beyond target '{target.name}''s {target.dram.size_bytes}-byte DRAM"
+            f"the program's DMAs reach byte {size - 1}, beyond target '{target.name}''s {top}-byte system address map"
         )
     state = None
     if functional:
@@ -79,13 +80,19 @@ def _queue_busy(steps, sched) -> list[int]:
 
 def _result(steps, sched, target: Target, state: MachineState | None, origin=None) -> SimResult:
     unit_busy = [0] * len(Unit)
+    ports = target.ports
+    port_busy = dict.fromkeys(ports, 0)
+    resource_port = {port_resource(i): p for i, p in enumerate(ports)}
     for s in steps:
         unit_busy[s.unit] += s.busy
+        if s.resource in resource_port and s.unit == Unit.dma:
+            port_busy[resource_port[s.resource]] += s.busy
     queue_busy = _queue_busy(steps, sched)
+    n = len(target.memories)
     totals = np.array([s.actions for s in steps], dtype=np.int64).sum(axis=0) if steps else None
-    actions = Actions(*(int(x) for x in totals)) if totals is not None else Actions()
+    actions = Actions.from_flat(totals, n) if totals is not None else Actions()
     total = max(sched.ends, default=0)
-    breakdown = energy_breakdown(actions, target.energy)
+    breakdown = energy_breakdown(actions, target)
     breakdown["static"] = target.static_energy_pj(total)
     return SimResult(
         target=target.name,
@@ -94,6 +101,7 @@ def _result(steps, sched, target: Target, state: MachineState | None, origin=Non
         instructions=len(steps),
         unit_busy={u.name: unit_busy[u] for u in Unit},
         queue_busy={q.name: queue_busy[q] for q in Queue},
+        port_busy=port_busy,
         actions=actions,
         energy_breakdown_pj=breakdown,
         peak_macs_per_cycle=target.peak_macs_per_cycle,

@@ -1,0 +1,84 @@
+"""Off-chip traffic and energy per inference, per memory, on the zoo CNNs.
+
+For MobileNetV2, ResNet-18, MobileNetV3-small and EfficientNet-B0 (zoo, random weights) on
+npu-mid fp16 and int8 and on the Ethos-U-like systems u55-like-256 and u65-like-256 (int8),
+compiles, profiles (timing tier) and prints per run: cycles and the network lower bound, the
+off-chip bytes (every memory the DMA reaches, flash included: ``Profile.dram_bytes``) over the
+compulsory bytes (weights, inputs and outputs once), the energy per inference, and for each memory
+its bytes, energy and bandwidth use.  The issue's reference figure: MobileNetV2 fp16 on npu-mid
+used 1.796 mJ before memories were data.  Figures only, no assertions.
+
+    .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
+        [--scratchpad-kib 128]   # the same targets with another scratchpad size (the architect's question)
+        [--resident-kib 128,256] # and with that much of the scratchpad resident across kernels (one run each)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import npuc
+from npuc.targets import load_target, target_from_dict
+from npuc.targets.resident import with_resident
+from npuc.zoo import ZOO, load_model
+
+MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
+CONFIGS = ("npu-mid:fp16", "npu-mid:int8", "u55-like-256:int8", "u65-like-256:int8")
+
+
+def resized(target: str, spad_kib: int | None):
+    """The preset, or the preset with a scratchpad of ``spad_kib`` KiB."""
+    t = load_target(target)
+    if spad_kib is None:
+        return t
+    doc = t.document()
+    doc["scratchpad"]["size_bytes"] = spad_kib * 1024
+    doc["name"] = f"{t.name}-spad{spad_kib}k"
+    return target_from_dict(doc, f"{t.name} with a {spad_kib} KiB scratchpad")
+
+
+def run(model: str, target, dtype: str):
+    name = f"torchvision:{model}"
+    m, inputs = load_model(name)
+    quantize = "int8" if dtype == "int8" else None
+    calibration = [ZOO[name].make_inputs(s) for s in (1, 2)] if quantize else None
+    start = time.perf_counter()
+    art = npuc.compile(m, inputs, target=target, quantize=quantize, calibration=calibration)
+    compiled = time.perf_counter() - start
+    return art.profile(*inputs), compiled
+
+
+def report(model: str, target: str, dtype: str, p, seconds: float) -> None:
+    comp = sum(b for _, b in p.compulsory)
+    print(f"{model:<19} {target:<24} {dtype:<5} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
+          f"{p.total_cycles / max(p.lower_bound_cycles, 1):.2f}x)  off-chip {p.dram_bytes:>12,} B / compulsory "
+          f"{comp:>11,} B = {p.dram_bytes / comp:.2f}x  energy {p.energy_per_inference_j * 1e3:.3f} mJ  "
+          f"[compile {seconds:.0f} s]")
+    for f in p.memory_figures():
+        print(f"    {f['memory']:<6} {f['kind']:<5} {f['port']:<5} read {f['read_bytes']:>12,} B  written "
+              f"{f['write_bytes']:>11,} B  compulsory {f['compulsory_bytes']:>11,} B  {f['energy_pj'] / 1e6:9.1f} uJ  "
+              f"bandwidth use {100 * f['bandwidth_use']:5.1f}%")
+    other = p.energy_pj - sum(f["energy_pj"] for f in p.memory_figures())
+    print(f"    on-chip work (MACs, scratchpad, accumulator, vector, issue, static): {other / 1e6:.1f} uJ")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="TARGET:DTYPE pairs (dtype fp16 or int8)")
+    ap.add_argument("--scratchpad-kib", type=int, default=None, help="give every target this scratchpad size")
+    ap.add_argument("--resident-kib", default="", help="comma list: runs with that much of the scratchpad resident")
+    args = ap.parse_args()
+    residents = [int(r) for r in args.resident_kib.split(",") if r]
+    for model in args.models.split(","):
+        for cfg in args.configs.split(","):
+            name, dtype = cfg.split(":")
+            base = resized(name, args.scratchpad_kib)
+            for target in [base] + [with_resident(base, r * 1024) for r in residents]:
+                p, seconds = run(model, target, dtype)
+                report(model, target.name, dtype, p, seconds)
+
+
+if __name__ == "__main__":
+    main()
