@@ -85,7 +85,7 @@ def main() -> None:
             g = graph_of(name, dtype, args.calibration)
             q = "int8" if dtype == "int8" else None
             unfused = figures(compile_graph(g, target, quantize=q, fuse_layers=False))
-            fused = figures(compile_graph(g, target, quantize=q))
+            fused = figures(compile_graph(g, target, quantize=q, fuse_layers=True))
             print(f"\n{name} {dtype}\n{head}")
             print(row("unfused", unfused))
             print(row("fused", fused))

@@ -268,7 +268,7 @@ def compile(  # noqa: A001 (the API's name)
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     host_code: bool = False,
-    fuse_layers: bool = True,
+    fuse_layers: bool = False,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -291,8 +291,10 @@ def compile(  # noqa: A001 (the API's name)
 
     ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
     llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
-    ``fuse_layers=False`` compiles every layer as its own kernel (no ``fused_chain``: the cascade
-    stage, docs/compiler.md, leaves the model as it is), for comparing fused against unfused.
+    ``fuse_layers=True`` runs the cascade stage (docs/compiler.md): chains of layers run depth-first
+    in stripes as ``fused_chain`` kernels, their intermediates on chip -- fewer off-chip bytes and
+    less energy, but today more cycles (the stripes are single-buffered) and a slower compile, so
+    it is not the default; ``False`` compiles every layer as its own kernel.
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
@@ -407,7 +409,7 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
     return Artifact(npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
-def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, fuse_layers: bool = True,
+def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, fuse_layers: bool = False,
                   **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""

@@ -399,7 +399,7 @@ class Packaged:
 
 
 def backend_stages(target: Any, precision: Any, model_name: str,
-                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = True) -> list[Stage]:
+                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = False) -> list[Stage]:
     """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged);
     ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on)."""
     from npuc.codegen.driver import code_text, compile_segment
@@ -480,7 +480,7 @@ def run_backend(
     out: TextIO | None = None,
     records: list[StageRecord] | None = None,
     on_stage: Callable[[str], None] | None = None,
-    fuse_layers: bool = True,
+    fuse_layers: bool = False,
 ) -> Packaged:
     """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``:
     see :func:`backend_stages`)."""

@@ -24,9 +24,22 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-# instruction fields that hold an address (of the scratchpad/accumulator or of DRAM)
-LOCAL_ADDRESS_FIELDS = frozenset({"local_addr", "addr", "in_addr", "out_addr", "dst", "src", "a", "b", "qparams", "table"})
-DRAM_ADDRESS_FIELDS = frozenset({"dram_addr"})
+from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
+
+
+
+def _address_fields(bits: int) -> frozenset[str]:
+    """The instruction fields that hold an address ``bits`` wide, read off the instruction
+    definitions (``npuc.isa.fields.addr``: hex fields of the address widths)."""
+    import npuc.isa.defs  # noqa: F401  (registers every instruction)
+    from npuc.isa.instr import all_defs
+
+    return frozenset(f.name for d in all_defs() for f in d.fields if f.hex and f.bits == bits)
+
+
+# instruction fields that hold an address of the scratchpad/accumulator, or of the system address map
+LOCAL_ADDRESS_FIELDS = _address_fields(LOCAL_ADDR_BITS)
+DRAM_ADDRESS_FIELDS = _address_fields(DRAM_ADDR_BITS)
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,9 @@ def _energy(target, dtype_name: str, macs: int, dram: int, copies: int, cycles: 
     e = target.energy
     mac = e.mac_int8_pj if dtype_name == "int8" else e.mac_fp16_pj
     spad = e.spad_read_pj_per_byte + e.spad_write_pj_per_byte
-    return macs * mac + dram * e.dram_pj_per_byte + copies * spad + target.static_energy_pj(cycles)
+    m = target.activation_memory  # where the tensors the chain reads and writes live when not on chip
+    per_byte = (m.read_pj_per_byte + m.write_pj_per_byte) / 2
+    return macs * mac + dram * per_byte + copies * spad + target.static_energy_pj(cycles)
 
 
 def _view_bytes(t: DramTensor) -> int:

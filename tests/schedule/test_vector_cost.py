@@ -249,9 +249,15 @@ def test_median_error_within_three_percent():
     assert statistics.median(errors) <= 0.03, f"median error {statistics.median(errors):.1%}"
 
 
+# fused_chain is not a vector or move kernel: its members are (and array kernels), each planned
+# and costed by its own implementation; the chain's own choice is the cascade stage's roofline
+# estimate, which is NOT checked here -- the reason fusion across layers is opt-in (design-notes).
+COMPOSITE_KINDS = {"fused_chain"}
+
+
 def test_every_vector_and_move_kind_is_covered():
     covered = {k.kind for _, k, _ in CASES}
-    assert set(kernel_kinds()) - ARRAY_KINDS <= covered
+    assert set(kernel_kinds()) - ARRAY_KINDS - COMPOSITE_KINDS <= covered
 
 
 @pytest.mark.parametrize("vector_unit", [False, True], ids=["array", "vector-unit"])

@@ -54,17 +54,18 @@ def with_scratchpad(target: Any, nbytes: int) -> Any:
 
 
 def virtual_bases(k: Kernel, target: Any) -> dict[str, int]:
-    """DRAM-side addresses of the intermediates: past the end of the target's DRAM, where no
-    real tensor lies, so that the members' transfers to them are recognised (and never issued)."""
+    """DRAM-side addresses of the intermediates: past the end of the target's system address map
+    (every memory's window), where no real tensor lies, so that the members' transfers to them are
+    recognised (and never issued)."""
     a: ChainAttrs = k.attrs
     producers = {m.output.name: m.output for m in a.members}
-    top = -(-target.dram.size_bytes // 64) * 64
+    top = -(-target.address_space_bytes // 64) * 64
     out = {}
     for name in a.intermediates:
         out[name] = top
         top += -(-producers[name].nbytes // 64) * 64
     if top > 1 << DRAM_ADDR_BITS:
-        raise CompileError(f"kernel '{k.name}': no DRAM addresses are left past the target's DRAM for the "
+        raise CompileError(f"kernel '{k.name}': no addresses are left past the target's address map for the "
                            "chain's intermediates")
     return out
 
