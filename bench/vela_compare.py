@@ -14,11 +14,10 @@ they compiled the same network.  ``--layers`` adds Vela's per-layer cycles and M
 ``--check`` runs each restated network with TFLite's reference kernels (LiteRT) against npuc's
 integer reference interpreter.
 
-Until the two presets exist, ``--target-file u55=PATH`` (and ``u65=PATH``) names npuc target files,
-and ``--scratch`` takes bench/vela_scratch_targets/*.toml: stand-ins, marked SCRATCH, within what
-today's one-memory target schema can describe (their figures are not the issue's).
+npuc's side runs on the presets ``u55-like-256`` and ``u65-like-256``; ``--target-file u55=PATH``
+(and ``u65=PATH``) names other npuc target files instead, to ask what another memory system buys.
 
-    python bench/vela_compare.py [--quick] [--scratch | --target-file u55=PATH --target-file u65=PATH]
+    python bench/vela_compare.py [--quick] [--target-file u55=PATH --target-file u65=PATH]
         [--systems u55,u65] [--layers] [--check] [--calibration 4] [--json PATH]
 """
 
@@ -36,14 +35,13 @@ import vela_peer as vp  # noqa: E402
 ALL = ("conv56", "resnet18", "mobilenet_v2")
 QUICK = ("conv56", "mobilenet_v2")
 PRESETS = {"u55": "u55-like-256", "u65": "u65-like-256"}
-SCRATCH = Path(__file__).resolve().parent / "vela_scratch_targets"
 # memory kinds counted off-chip, as Vela counts dram_total_bytes + off_chip_flash_total_bytes (its
 # system SRAM, sram_total_bytes, is apart)
 OFF_CHIP_KINDS = ("dram", "flash")
 
 
 def resolve_targets(args) -> dict:
-    """System -> npuc Target: --target-file, --scratch, else the preset (a sentence when it is missing)."""
+    """System -> npuc Target: --target-file, else the preset (a sentence when it is missing)."""
     from npuc.errors import NpucError
     from npuc.targets import list_presets, load_target
 
@@ -57,13 +55,10 @@ def resolve_targets(args) -> dict:
     for system in args.systems:
         if system in files:
             spec = files[system]
-        elif args.scratch:
-            spec = SCRATCH / f"{PRESETS[system]}.toml"
         elif PRESETS[system] in list_presets():
             spec = PRESETS[system]
         else:
-            sys.exit(f"vela_compare: npuc has no preset '{PRESETS[system]}' yet; pass --target-file {system}=PATH "
-                     f"or --scratch (the stand-ins in {SCRATCH})")
+            sys.exit(f"vela_compare: npuc has no preset '{PRESETS[system]}'; pass --target-file {system}=PATH")
         try:
             out[system] = load_target(spec)
         except NpucError as e:
@@ -137,7 +132,6 @@ def main() -> None:
     ap.add_argument("--networks", help=f"comma-separated, of: {', '.join(ALL)}")
     ap.add_argument("--systems", default="u55,u65", help="comma-separated, of: u55, u65")
     ap.add_argument("--target-file", action="append", metavar="SYSTEM=PATH", help="npuc target file for a system")
-    ap.add_argument("--scratch", action="store_true", help="the SCRATCH stand-ins of bench/vela_scratch_targets")
     ap.add_argument("--layers", action="store_true", help="Vela's per-layer figures too")
     ap.add_argument("--check", action="store_true",
                     help="run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc's reference")
