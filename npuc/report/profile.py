@@ -56,6 +56,10 @@ class LayerProfile:
     memory_write_bytes: tuple[int, ...] = ()
     memory_energy_pj: tuple[float, ...] = ()
     min_memory_cycles: float = 0  # the compulsory bytes' time on the busiest DMA port (0: unknown)
+    # From the start of the layer's first instruction to the end of its last: what its lower bound
+    # bounds.  ``cycles`` is the share of the total attributed to it (docstring), which is shorter
+    # than the span when the layer overlaps its neighbours.
+    span_cycles: int = 0
 
     @property
     def utilization(self) -> float:
@@ -390,6 +394,13 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
     all_labels.append(labels)  # by encoded instruction, as trace events name them
     program, labels = executed(program, labels)
     cycles = attribute_cycles(starts, ends, labels)
+    spans: dict[str, list[int]] = {}
+    for lab, st, en in zip(labels, starts, ends):
+        sp = spans.get(lab)
+        if sp is None:
+            spans[lab] = [st, en]
+        else:
+            sp[0], sp[1] = min(sp[0], st), max(sp[1], en)
     acts: dict[str, Actions] = {}
     count: dict[str, int] = {}
     for lab, a in zip(labels, instruction_actions(program, target)):
@@ -418,6 +429,7 @@ def _npu_layers(r: SegmentRun, npub, target, program, layer_meta, all_labels) ->
             memory_read_bytes=(a.memory_read + (0,) * nmem)[:nmem], memory_write_bytes=(a.memory_write + (0,) * nmem)[:nmem],
             memory_energy_pj=tuple(breakdown[m.name] for m in target.memories),
             min_memory_cycles=memory_bound_cycles(target, per_memory) if per_memory else 0,
+            span_cycles=spans[lab][1] - spans[lab][0] if lab in spans else 0,
         ))
     return out
 

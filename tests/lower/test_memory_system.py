@@ -116,7 +116,7 @@ def _check_profile(prof):
                 for r in prof.runs if r.kind != "cpu")
     assert dma_energy + other == pytest.approx(prof.energy_pj, rel=1e-9)
     for layer in prof.layers:
-        assert layer.cycles >= layer.lower_bound_cycles, layer
+        assert layer.span_cycles >= layer.lower_bound_cycles, layer
     assert prof.lower_bound_cycles <= prof.total_cycles
     comp = dict(prof.compulsory)
     assert comp[t.weight_memory.name] > 0  # the weights, in their memory
