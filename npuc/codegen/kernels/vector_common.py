@@ -11,11 +11,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Any, Callable, Iterator, Sequence
 
 from npuc.codegen.epilogue import merge_dims
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import DType
+
+
+
+@dataclass(frozen=True)
+class EltwiseTiling:
+    """Tiles of ``tile_rows x tile_cols`` of an elementwise kernel over the canonical ``rows x cols`` space."""
+
+    rows: int
+    cols: int
+    tile_rows: int
+    tile_cols: int
 
 
 def canonical(tensors: Sequence[DramTensor], ref: DramTensor) -> list[DramTensor]:

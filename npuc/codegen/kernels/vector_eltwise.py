@@ -15,7 +15,7 @@ chain of PyTorch fp16 ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from npuc.codegen.epilogue import (
     Tile,
@@ -39,20 +39,10 @@ from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
-from npuc.codegen.kernels.vector_common import canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
+from npuc.codegen.kernels.vector_common import EltwiseTiling, canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
 from npuc.errors import CompileError
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
-
-
-@dataclass(frozen=True)
-class EltwisePlan:
-    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` space."""
-
-    rows: int
-    cols: int
-    tile_rows: int
-    tile_cols: int
 
 
 def _canonical_kernel(k: Kernel) -> Kernel:
@@ -104,14 +94,14 @@ class EltwiseKernel:
             tr = overlap_cap(rows, tr, max(1, 4096 // (cols * k.dtype.size)))
         elif rows == 1:
             tc = overlap_cap(cols, tc, 2048)
-        choice = EltwisePlan(rows, cols, tr, tc)
+        choice = EltwiseTiling(rows, cols, tr, tc)
         summary = f"eltwise {rows}x{cols} in {tr}x{tc} tiles, {NSETS} buffer sets, {len(k.epilogue)} steps"
         return tile_plan(summary, self.program(kernel, choice, target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(kernel, plan, em.target, self.program), em)
 
-    def program(self, kernel: Kernel, p: EltwisePlan, target) -> TileProgram:
+    def program(self, kernel: Kernel, p: EltwiseTiling, target) -> TileProgram:
         """The schedule of ``kernel`` at tiling ``p``, as data."""
         k = _canonical_kernel(kernel)
         b = TileBuilder(target, kernel)

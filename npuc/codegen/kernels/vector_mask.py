@@ -20,7 +20,7 @@ decided on the fp16 values), VSEL copies the chosen value bit for bit (-inf fill
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from npuc.codegen.epilogue import (
     ALIGN,
@@ -33,7 +33,7 @@ from npuc.codegen.epilogue import (
     store_pieces,
 )
 from npuc.codegen.kernel import register_kernel
-from npuc.codegen.kernels.vector_common import canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
+from npuc.codegen.kernels.vector_common import EltwiseTiling, canonical, dtype_problem, largest_fitting, overlap_cap, pipeline, tile_grid
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.errors import CompileError
 from npuc.isa.enums import CmpOp
@@ -42,16 +42,6 @@ from npuc.kir.plan import Plan
 from npuc.kir.tile_program import TileProgram
 
 NSETS = 3  # buffer sets: load i+1, compute i and store i-1 each have their own
-
-
-@dataclass(frozen=True)
-class MaskPlan:
-    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` space."""
-
-    rows: int
-    cols: int
-    tile_rows: int
-    tile_cols: int
 
 
 def _aligned(n: int) -> int:
@@ -114,7 +104,7 @@ class _MaskKernel:
             tr = overlap_cap(rows, tr, max(1, 4096 // (cols * k.dtype.size)))
         elif rows == 1:
             tc = overlap_cap(cols, tc, 2048)
-        choice = MaskPlan(rows, cols, tr, tc)
+        choice = EltwiseTiling(rows, cols, tr, tc)
         summary = f"{self.kind} {rows}x{cols} in {tr}x{tc} tiles, {NSETS} buffer sets"
         return tile_plan(summary, self.program(kernel, choice, target), target)
 
@@ -124,7 +114,7 @@ class _MaskKernel:
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(kernel, plan, em.target, self.program), em)
 
-    def program(self, kernel: Kernel, p: MaskPlan, target) -> TileProgram:
+    def program(self, kernel: Kernel, p: EltwiseTiling, target) -> TileProgram:
         """The schedule of ``kernel`` at tiling ``p``, as data."""
         k = self._canonical(kernel)
         b = TileBuilder(target, kernel)

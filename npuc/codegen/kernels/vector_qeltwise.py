@@ -22,7 +22,6 @@ table is loaded once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from npuc.codegen.epilogue import (
     ALIGN,
@@ -43,6 +42,7 @@ from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel, QBinaryAttrs
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
+    EltwiseTiling,
     canonical,
     largest_fitting,
     overlap_cap,
@@ -55,16 +55,6 @@ from npuc.errors import CompileError
 from npuc.isa.enums import DType
 
 NSETS = 3
-
-
-@dataclass(frozen=True)
-class QEltwisePlan:
-    """Tiles of ``tile_rows x tile_cols`` over the canonical ``rows x cols`` space."""
-
-    rows: int
-    cols: int
-    tile_rows: int
-    tile_cols: int
 
 
 def _r(n: int) -> int:
@@ -88,7 +78,7 @@ def _shape_problem(k: Kernel, operands: int) -> str | None:
     return None
 
 
-def _tiling(k: Kernel, target, operands: int, set_bytes) -> QEltwisePlan:
+def _tiling(k: Kernel, target, operands: int, set_bytes) -> EltwiseTiling:
     _, out = _canonical(k, operands)
     cols = out.shape[-1]
     rows = out.numel // cols
@@ -101,10 +91,10 @@ def _tiling(k: Kernel, target, operands: int, set_bytes) -> QEltwisePlan:
         tr = overlap_cap(rows, tr, max(1, 4096 // cols))
     elif rows == 1:
         tc = overlap_cap(cols, tc, 2048)
-    return QEltwisePlan(rows, cols, tr, tc)
+    return EltwiseTiling(rows, cols, tr, tc)
 
 
-def _block(t: DramTensor, p: QEltwisePlan, grid, i: int):
+def _block(t: DramTensor, p: EltwiseTiling, grid, i: int):
     r0, nr, c0, nc = grid[i]
     return rows_block(t, tuple(range(t.rank - 1)), t.rank - 1, r0, nr, c0, nc)
 
@@ -147,7 +137,7 @@ class QBinaryKernel:
     def emit(self, k: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(k, plan, em.target, self.program), em)
 
-    def program(self, k: Kernel, p: QEltwisePlan, target) -> TileProgram:
+    def program(self, k: Kernel, p: EltwiseTiling, target) -> TileProgram:
         """The schedule of ``k`` at tiling ``p``, as data."""
         (a, b), out = _canonical(k, 2)
         bld = TileBuilder(target, k)
@@ -233,7 +223,7 @@ class LutKernel:
     def emit(self, k: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(k, plan, em.target, self.program), em)
 
-    def program(self, k: Kernel, p: QEltwisePlan, target) -> TileProgram:
+    def program(self, k: Kernel, p: EltwiseTiling, target) -> TileProgram:
         """The schedule of ``k`` at tiling ``p``, as data."""
         (x,), out = _canonical(k, 1)
         bld = TileBuilder(target, k)
