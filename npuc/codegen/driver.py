@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.kernel import get_kernel
-from npuc.codegen.reroll import reroll
+from npuc.codegen.reroll import roll
 from npuc.kir.plan import Plan
 from npuc.errors import CompileError
 from npuc.isa.instr import Program
@@ -56,7 +56,7 @@ def compile_segment(seg: NpuSegment, target) -> SegmentCode:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
-    rolled, labels = reroll(program.instrs, labels)
+    rolled, labels = roll(program.instrs, labels, em.loops)
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)

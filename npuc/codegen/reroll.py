@@ -224,3 +224,123 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
         out_labels += labels[lo:hi]
         u += period * count
     return out, out_labels
+
+
+# ------------------------------------------------------------------------------ known loops
+
+
+def roll(instrs: Sequence[Instr], labels: Sequence[str],
+         loops: Sequence[tuple[int, int, int]]) -> tuple[list[Instr], list[str]]:
+    """The program with its emitted loop nests written as LOOPs and the rest rerolled.
+
+    ``loops`` are the nests the emitter was given, as (first index, body length, iterations)
+    (:attr:`npuc.codegen.emitter.Emitter.loops`).  The iterations of a nest are rolled where
+    they repeat with the same dependency flags (the first and last ones of a pipeline may not:
+    they stay plain and are rerolled with their neighbours), so nothing is searched for over a
+    nest; the body itself is rerolled (a short search) to nest the repetitions inside one
+    iteration.  Everything outside the nests goes through :func:`reroll`.  The result expands
+    to ``instrs`` exactly."""
+    out: list[Instr] = []
+    labs: list[str] = []
+    plain: list[Instr] = []
+    plain_labs: list[str] = []
+
+    def flush() -> None:
+        if plain:
+            r, rl = reroll(plain, plain_labs)
+            out.extend(r)
+            labs.extend(rl)
+            plain.clear()
+            plain_labs.clear()
+
+    pos = 0
+    for start, body, n in sorted(loops):
+        plain.extend(instrs[pos:start])
+        plain_labs.extend(labels[pos:start])
+        u = 0
+        while u < n:
+            lo = start + u * body
+            got = _known_run(instrs, labels, lo, body, n - u)
+            if got is None:
+                plain.extend(instrs[lo:lo + body])
+                plain_labs.extend(labels[lo:lo + body])
+                u += 1
+                continue
+            count, encoded, encoded_labs, slots = got
+            flush()
+            out.append(loop_instr(count, len(encoded), slots))
+            labs.append(labels[lo])
+            out.extend(encoded)
+            labs.extend(encoded_labs)
+            u += count
+        pos = start + body * n
+    plain.extend(instrs[pos:])
+    plain_labs.extend(labels[pos:])
+    flush()
+    return out, labs
+
+
+def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):
+    """(repetitions, encoded body, its labels, slots) of the run of ``body``-instruction
+    iterations starting at ``lo`` (at most ``left`` of them), or None when fewer than two
+    repeat with constant strides and the same flags."""
+    if left < 2 or body > MAX_BODY:
+        return None
+    first = instrs[lo:lo + body]
+    key = [(i.op, i.deps, _fixed(i)) for i in first]
+
+    def same(b: int) -> bool:
+        return all((i.op, i.deps) == k[:2] and (i.op == "LOOP" or _fixed(i) == k[2])
+                   for i, k in zip(instrs[b:b + body], key))
+
+    if any(i.op in ("LOOP", "END") for i in first) or not same(lo + body):
+        return None
+    moved = _delta(first, instrs[lo + body:lo + 2 * body])
+    if moved is None:
+        return None
+    model = {k: [s, 0] for k, s in moved.items()}
+    count = 2
+    while count < left and count < MAX_ITERATIONS:
+        b = lo + count * body
+        if not same(b):
+            break
+        moved = _delta(first, instrs[b:b + body])
+        nxt = None if moved is None else _advance(model, moved, count)
+        if nxt is None:
+            break
+        model, count = nxt, count + 1
+    moves = [(j, f, s, p) for (j, f), (s, p) in model.items()]
+    body_labels = list(labels[lo:lo + body])
+    nested = _nested_body(first, body_labels, moves)
+    if nested is not None:
+        return (count,) + nested
+    slots = group(moves)
+    if slots is None:
+        return None
+    return count, list(first), body_labels, slots
+
+
+def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int]]):
+    """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
+    moves still fit (every instruction an encoded one stands for moves alike), else None."""
+    from npuc.isa.loops import expand
+
+    inner, inner_labs = reroll(first, labels)
+    if len(inner) >= len(first):
+        return None
+    flat, origin = expand(inner)
+    if [i.args for i in flat] != [i.args for i in first]:
+        return None
+    per: dict[int, set] = {}
+    by_flat: dict[int, list] = {}
+    for j, f, s, p in moves:
+        by_flat.setdefault(j, []).append((f, s, p))
+    for j, e in enumerate(origin):
+        per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
+    if any(len(v) > 1 for v in per.values()):
+        return None
+    encoded_moves = [(e, f, s, p) for e, v in per.items() for f, s, p in next(iter(v))]
+    slots = group(encoded_moves)
+    if slots is None:
+        return None
+    return inner, inner_labs, slots

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from npuc.codegen.kernel import SramArena
+from npuc.codegen.loop_nest import emit_steps
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.kir.tile_program import Buffer, DramName, Step, TileProgram
@@ -53,9 +54,10 @@ class TileBuilder:
 
 
 def emit_program(prog: TileProgram, em: Any) -> None:
-    """Issue every step of ``prog``, in program order, through the emitter ``em``."""
-    for s in prog.steps:
-        em.emit(s.op, **s.kwargs())
+    """Issue every step of ``prog``, in program order, through the emitter ``em``: the runs of
+    iterations that repeat with constant strides as loop nests (:mod:`npuc.codegen.loop_nest`),
+    the rest step by step."""
+    emit_steps(prog.steps, em)
 
 
 def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:

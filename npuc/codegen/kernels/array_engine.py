@@ -35,6 +35,7 @@ from typing import Any
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_step_operand, Piece
 from npuc.codegen.kernel import SramArena
+from npuc.codegen.loop_nest import StepRecorder, emit_steps
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import Dataflow, DType
 from npuc.schedule.problem import (
@@ -106,8 +107,17 @@ class ArrayEngine:
         self.out_slot = 0
 
     def run(self) -> None:
-        for s in steps(self.p, self.t):
-            self._step(s)
+        """Emit the problem: the loop nest's steps recorded, one iteration per step, then handed
+        to the emitter as loop nests (:func:`npuc.codegen.loop_nest.emit_steps`)."""
+        em = self.em
+        rec = self.em = StepRecorder.new(em.target)
+        try:
+            for i, s in enumerate(steps(self.p, self.t)):
+                rec.at(i)
+                self._step(s)
+        finally:
+            self.em = em
+        emit_steps(rec.steps, em)
 
     # ------------------------------------------------------------------ one step
 
