@@ -77,25 +77,34 @@ class StepRecorder:
 
     target: Any
     steps: list[Step]
+    inner: list[Step]  # the same steps tagged with the inner iteration (``at``'s second argument)
     tile: list[int]
 
     @staticmethod
     def new(target: Any) -> "StepRecorder":
-        return StepRecorder(target, [], [-1])
+        return StepRecorder(target, [], [], [-1, -1])
 
-    def at(self, tile: int) -> None:
-        self.tile[0] = tile
+    def at(self, tile: int, inner: int = -1) -> None:
+        self.tile[:] = [tile, inner]
 
     def emit(self, op: str, /, **fields: Any) -> int:
-        self.steps.append(Step(op, tuple(fields.items()), self.tile[0]))
+        f = tuple(fields.items())
+        self.steps.append(Step(op, f, self.tile[0]))
+        self.inner.append(Step(op, f, self.tile[1]))
         return len(self.steps) - 1
 
 
-def emit_steps(steps: Sequence[Step], em: Any) -> None:
+def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None) -> None:
     """Issue ``steps`` through the emitter ``em``: plain steps one by one, runs of repeating
-    iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them."""
+    iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them
+    (``finer``: see :func:`refined`)."""
     loops = getattr(em, "emit_loop", None)
-    for piece in loop_pieces(steps) if loops is not None else (tuple(steps),):
+    pieces: list = [tuple(steps)]
+    if loops is not None:
+        pieces = loop_pieces(steps)
+        if finer is not None:
+            pieces = refined(pieces, finer)
+    for piece in pieces:
         if isinstance(piece, LoopNest):
             loops(piece)
         else:
@@ -160,19 +169,38 @@ def _fit(model: dict, moved: dict, k: int) -> dict | None:
     return model if new is None else new
 
 
-def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, dict]:
-    """(repetitions, moves model) of the run of chunks starting at chunk ``c``."""
-    first = cs[c]
-    if c + 1 >= len(cs) or shapes[c + 1] != shapes[c] or not first or len(first) > MAX_BODY:
+def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int) -> tuple[int, dict]:
+    """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
+    key = shapes[c:c + period]
+    if c + 2 * period > len(cs) or shapes[c + period:c + 2 * period] != key:
         return 1, {}
-    model = {key: (s, 0) for key, s in _moved(first, cs[c + 1]).items()}
+    first = sum(cs[c:c + period], ())
+    if not first or len(first) > MAX_BODY:
+        return 1, {}
+    model = {k: (s, 0) for k, s in _moved(first, sum(cs[c + period:c + 2 * period], ())).items()}
     count = 2
-    while c + count < len(cs) and count < MAX_ITERATIONS and shapes[c + count] == shapes[c]:
-        nxt = _fit(model, _moved(first, cs[c + count]), count)
+    while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
+           and shapes[c + count * period:c + (count + 1) * period] == key):
+        nxt = _fit(model, _moved(first, sum(cs[c + count * period:c + (count + 1) * period], ())), count)
         if nxt is None:
             break
         model, count = nxt, count + 1
     return count, model
+
+
+MAX_UNIT = 6  # chunks a repeating unit may span (iterations of 2 or 3 forms over 2 or 3 buffer sets)
+
+
+def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, int, int, dict]:
+    """(steps covered, period in chunks, repetitions, moves) of the best run at chunk ``c``."""
+    best = (0, 1, 1, {})
+    for period in range(1, MAX_UNIT + 1):
+        count, model = _run(cs, shapes, c, period)
+        if count >= 2:
+            covered = sum(len(x) for x in cs[c:c + count * period])
+            if covered > best[0]:
+                best = (covered, period, count, model)
+    return best
 
 
 def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
@@ -181,17 +209,17 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
     shapes = [_shape(c) for c in cs]
     out: list[tuple[Step, ...] | LoopNest] = []
     flat: list[Step] = []
+    found: dict[int, tuple[int, int, int, dict]] = {}
+
+    def best_at(i: int) -> tuple[int, int, int, dict]:
+        if i not in found:
+            found[i] = _best(cs, shapes, i) if i < len(cs) else (0, 1, 1, {})
+        return found[i]
+
     c = 0
-    runs: dict[int, tuple[int, dict]] = {}
-
-    def run_at(i: int) -> tuple[int, dict]:
-        if i not in runs:
-            runs[i] = _run(cs, shapes, i) if i < len(cs) else (0, {})
-        return runs[i]
-
     while c < len(cs):
-        count, model = run_at(c)
-        if count < 2 or run_at(c + 1)[0] > count:  # peel a first chunk that spoils a longer run
+        covered, period, count, model = best_at(c)
+        if count < 2 or best_at(c + 1)[0] > covered:  # peel a first chunk that spoils a longer run
             flat.extend(cs[c])
             c += 1
             continue
@@ -199,11 +227,27 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
             out.append(tuple(flat))
             flat = []
         moves = tuple(Move(j, k, s, p) for (j, k), (s, p) in sorted(model.items()))
-        out.append(LoopNest(cs[c], count, moves))
-        c += count
+        out.append(LoopNest(sum(cs[c:c + period], ()), count, moves))
+        c += count * period
     if flat:
         out.append(tuple(flat))
     return out
 
 
-__all__ = ["LoopNest", "Move", "StepRecorder", "chunks", "emit_steps", "loop_pieces"]
+def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
+    """``pieces`` with every plain run cut again by the iterations of ``finer`` (the same steps
+    tagged with an inner loop's iterations: the array engine's reduction blocks inside its
+    output tiles), so an inner loop rolls where the outer one does not repeat."""
+    out: list[tuple[Step, ...] | LoopNest] = []
+    pos = 0
+    for p in pieces:
+        if isinstance(p, LoopNest):
+            out.append(p)
+            pos += p.n * len(p.body)
+            continue
+        out.extend(loop_pieces(finer[pos:pos + len(p)]) if len(p) > 2 else [p])
+        pos += len(p)
+    return out
+
+
+__all__ = ["LoopNest", "Move", "StepRecorder", "chunks", "emit_steps", "loop_pieces", "refined"]

@@ -107,17 +107,20 @@ class ArrayEngine:
         self.out_slot = 0
 
     def run(self) -> None:
-        """Emit the problem: the loop nest's steps recorded, one iteration per step, then handed
-        to the emitter as loop nests (:func:`npuc.codegen.loop_nest.emit_steps`)."""
+        """Emit the problem: the loop nest's steps recorded, one iteration per output tile (its
+        reduction blocks, then its epilogue and store), then handed to the emitter as loop nests
+        (:func:`npuc.codegen.loop_nest.emit_steps`)."""
         em = self.em
         rec = self.em = StepRecorder.new(em.target)
+        tile = -1
         try:
             for i, s in enumerate(steps(self.p, self.t)):
-                rec.at(i)
+                tile += s.first
+                rec.at(tile, i)
                 self._step(s)
         finally:
             self.em = em
-        emit_steps(rec.steps, em)
+        emit_steps(rec.steps, em, rec.inner)
 
     # ------------------------------------------------------------------ one step
 
