@@ -49,12 +49,15 @@ class Emitter:
 
     ``emit("DMA_LOAD", dram_addr=..., ...)`` builds and checks one instruction (fields as in
     docs/isa.md) and returns its program index.  ``with em.source("layer1.0.conv1"):`` labels the
-    instructions emitted inside (the debug map).  ``finish()`` appends ``END`` and returns the
-    program and the label of every instruction.
+    instructions emitted inside (the debug map).  ``emit_loop(nest)`` appends the iterations of
+    a loop nest (:mod:`npuc.codegen.loop_nest`) from its body, built once; the nests emitted are
+    listed in :attr:`loops` (``nests=False``: kernels emit every step one by one instead).
+    ``finish()`` appends ``END`` and returns the program and the label of every instruction.
     """
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, nests: bool = True) -> None:
         self.target = target
+        self.nests = nests  # whether kernels hand their repeating tiles over as loop nests (emit_loop)
         self._ops: list[tuple[str, Any]] = []
         self._queues: list[int] = []
         self._waits: list[frozenset[Queue]] = []

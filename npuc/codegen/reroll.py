@@ -92,9 +92,9 @@ def _fixed(ins: Instr) -> tuple:
     return tuple(v for k, v in enumerate(ins.args) if k not in ints)
 
 
-def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> dict[tuple[int, int], int] | None:
+def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
     """{(offset, field): b - a} for every field where body ``b`` differs from body ``a``; None
-    when they differ otherwise (a LOOP) or in too many fields."""
+    when they differ otherwise (a LOOP) or in more than ``most`` fields."""
     out: dict[tuple[int, int], int] = {}
     for j, (x, y) in enumerate(zip(a, b)):
         if x.args == y.args:
@@ -104,7 +104,7 @@ def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> dict[tuple[int, int], int]
         for f, (u, v) in enumerate(zip(x.args, y.args)):
             if u != v:  # an integer field: the signatures hold the others equal
                 out[(j, f)] = v - u
-                if len(out) > MAX_MOVES:
+                if len(out) > most:
                     return None
     return out
 
@@ -295,7 +295,8 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
 
     if any(i.op in ("LOOP", "END") for i in first) or not same(lo + body):
         return None
-    moved = _delta(first, instrs[lo + body:lo + 2 * body])
+    most = len(first) * 8  # the slots decide what fits (below), not the count of moves
+    moved = _delta(first, instrs[lo + body:lo + 2 * body], most)
     if moved is None:
         return None
     model = {k: [s, 0] for k, s in moved.items()}
@@ -304,7 +305,7 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
         b = lo + count * body
         if not same(b):
             break
-        moved = _delta(first, instrs[b:b + body])
+        moved = _delta(first, instrs[b:b + body], most)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break
