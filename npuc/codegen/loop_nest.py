@@ -192,15 +192,19 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int) -
 MAX_UNIT = 6  # chunks a repeating unit may span (iterations of 2 or 3 forms over 2 or 3 buffer sets)
 
 
+LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
+
+
 def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, int, int, dict]:
-    """(steps covered, period in chunks, repetitions, moves) of the best run at chunk ``c``."""
+    """(steps saved, period in chunks, repetitions, moves) of the best run at chunk ``c``: the
+    steps it covers less its body (a shorter body that covers as much is better)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
         count, model = _run(cs, shapes, c, period)
         if count >= 2:
-            covered = sum(len(x) for x in cs[c:c + count * period])
-            if covered > best[0]:
-                best = (covered, period, count, model)
+            saved = sum(len(x) for x in cs[c + period:c + count * period])
+            if saved > best[0]:
+                best = (saved, period, count, model)
     return best
 
 
@@ -219,8 +223,11 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
 
     c = 0
     while c < len(cs):
-        covered, period, count, model = best_at(c)
-        if count < 2 or best_at(c + 1)[0] > covered:  # peel a first chunk that spoils a longer run
+        saved, period, count, model = best_at(c)
+        # peel a first chunk that spoils a better run (one in phase with the buffer rotation)
+        # (on a tie, the shorter body: its own repetitions nest more readily)
+        if count < 2 or any(best_at(c + k)[0] > saved or (best_at(c + k)[0] == saved and best_at(c + k)[1] < period)
+                            for k in range(1, LOOKAHEAD + 1)):
             flat.extend(cs[c])
             c += 1
             continue

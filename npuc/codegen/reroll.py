@@ -326,16 +326,19 @@ def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[in
     moves still fit (every instruction an encoded one stands for moves alike), else None."""
     from npuc.isa.loops import expand
 
-    inner, inner_labs = reroll(first, labels)
+    by_flat: dict[int, list] = {}
+    for j, f, s, p in moves:
+        by_flat.setdefault(j, []).append((f, s, p))
+    # the outer moves ride on the labels, so that inner loops only gather instructions that move alike
+    keyed = [(label, tuple(sorted(by_flat.get(j, ())))) for j, label in enumerate(labels)]
+    inner, inner_keys = reroll(first, keyed)
     if len(inner) >= len(first):
         return None
+    inner_labs = [k[0] for k in inner_keys]
     flat, origin = expand(inner)
     if [i.args for i in flat] != [i.args for i in first]:
         return None
     per: dict[int, set] = {}
-    by_flat: dict[int, list] = {}
-    for j, f, s, p in moves:
-        by_flat.setdefault(j, []).append((f, s, p))
     for j, e in enumerate(origin):
         per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
     if any(len(v) > 1 for v in per.values()):
