@@ -192,17 +192,20 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int) -
 MAX_UNIT = 6  # chunks a repeating unit may span (iterations of 2 or 3 forms over 2 or 3 buffer sets)
 
 
+MOVE_COST = 4  # steps a moving field is worth in a run's score
 LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
 
 
 def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, int, int, dict]:
-    """(steps saved, period in chunks, repetitions, moves) of the best run at chunk ``c``: the
-    steps it covers less its body (a shorter body that covers as much is better)."""
+    """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
+    it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
+    buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
+    within the LOOP's stride slots)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
         count, model = _run(cs, shapes, c, period)
         if count >= 2:
-            saved = sum(len(x) for x in cs[c + period:c + count * period])
+            saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
             if saved > best[0]:
                 best = (saved, period, count, model)
     return best
