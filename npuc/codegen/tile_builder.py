@@ -9,6 +9,7 @@ cost model's estimate of it, and :func:`emit_program` hands its steps to the emi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from npuc.codegen.kernel import SramArena
@@ -66,6 +67,21 @@ def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:
     from npuc.schedule.vector_cost import program_cycles
 
     return Plan(summary, prog.spad_bytes, prog.acc_bytes, program_cycles(prog, target), prog)
+
+
+def placement_free(kernel: Kernel) -> tuple:
+    """A key equal for two kernels that differ only in where their tensors are (the repeated
+    blocks of a network): every tensor moved to its address modulo 64 (DMA bursts see the
+    alignment), the names dropped, and which tensors overlap kept."""
+    def moved(t):
+        return replace(t, name="", addr=t.addr % 64)
+
+    epilogue = tuple(replace(e, operand=moved(e.operand)) if e.operand is not None else e for e in kernel.epilogue)
+    placed = replace(kernel, name="", inputs=tuple(moved(t) for t in kernel.inputs), output=moved(kernel.output),
+                     epilogue=epilogue)
+    spans = [(t.addr, t.addr + t.span) for t in kernel.tensors()]
+    overlaps = tuple((i, j) for i, a in enumerate(spans) for j, b in enumerate(spans[:i]) if a[0] < b[1] and b[0] < a[1])
+    return placed, overlaps
 
 
 def planned_program(kernel: Kernel, plan: Plan, target: Any, build) -> TileProgram:

