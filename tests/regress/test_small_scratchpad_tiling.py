@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch import nn
 
+import npuc
 from npuc.artifact import compile_graph, quantized_graph
 from npuc.dse.space import set_key, target_document
 from npuc.interp import interpret
@@ -72,3 +73,16 @@ def test_fp16_conv_with_tails_matches_eager_on_a_small_scratchpad(shape):
     (got,) = art.run(x)
     err = float((got - want).norm() / want.norm())
     assert err < 2e-3, f"relative L2 error {err:.2e} against eager"
+
+
+def test_a_float_model_on_u55_like_runs_on_the_cpu_with_its_constants_from_flash():
+    """u55-like-256 has no fp16 path: a float model runs on the CPU, its constants read from the
+    .npub's constants blob, which the memory plan puts in flash (not at address 0): a binding's
+    offset is into the blob (the package step used to write the flash address, refused on load)."""
+    m, x = _conv(144, 32, 1, 1, 28)
+    art = npuc.compile(m, (x,), target="u55-like-256")
+    assert art.report.cpu_ops
+    with torch.no_grad():
+        want = m(x)
+    (got,) = art.run(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
