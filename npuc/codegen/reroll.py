@@ -259,7 +259,7 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
     they stay plain and are rerolled with their neighbours), so nothing is searched for over a
     nest; the body itself is rerolled (a short search) to nest the repetitions inside one
     iteration.  Everything outside the nests goes through :func:`reroll`.  The result expands
-    to ``instrs`` exactly."""
+    to ``instrs`` exactly (checked: :func:`check_expansion`)."""
     out: list[Instr] = []
     labs: list[str] = []
     plain: list[Instr] = []
@@ -297,6 +297,7 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
     plain.extend(instrs[pos:])
     plain_labs.extend(labels[pos:])
     flush()
+    check_expansion(out, instrs, labs)
     return out, labs
 
 
