@@ -277,10 +277,21 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
     for start, body, n in sorted(loops):
         plain.extend(instrs[pos:start])
         plain_labs.extend(labels[pos:start])
+        runs: dict[int, tuple | None] = {}
+
+        def run_at(v: int, start: int = start, body: int = body, n: int = n):
+            if v not in runs:
+                runs[v] = _known_run(instrs, labels, start + v * body, body, n - v) if v < n else None
+            return runs[v]
+
         u = 0
         while u < n:
             lo = start + u * body
-            got = _known_run(instrs, labels, lo, body, n - u)
+            got = run_at(u)
+            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
+            if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
+                                       for k in range(1, LOOKAHEAD + 2)):
+                got = None
             if got is None:
                 plain.extend(instrs[lo:lo + body])
                 plain_labs.extend(labels[lo:lo + body])

@@ -161,3 +161,37 @@ def test_loop_emission_matches_the_flat_program(case):
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     if case in LOOPED:
         assert any(used)  # the kernel did hand loop nests to the emitter
+
+
+def _relu_nest(tiles: int, stride: int = 256):
+    """relu over ``tiles`` tiles through two scratchpad buffers: load, relu, store per tile."""
+    from npuc.codegen.loop_nest import LoopNest, Move
+    from npuc.kir.tile_program import Step
+
+    body = (Step("DMA_LOAD", (("esize", 1), ("dram_addr", 0), ("local_addr", 0), ("n0", 256)), 0),
+            Step("VUN", (("op", "relu"), ("dtype", "int8"), ("n0", 256), ("dst", 0x800), ("src", 0)), 0),
+            Step("DMA_STORE", (("esize", 1), ("dram_addr", 0x10000), ("local_addr", 0x800), ("n0", 256)), 0))
+    moves = (Move(0, "dram_addr", stride), Move(0, "local_addr", 0x1000, 2), Move(1, "dst", 0x1000, 2),
+             Move(1, "src", 0x1000, 2), Move(2, "dram_addr", stride), Move(2, "local_addr", 0x1000, 2))
+    return LoopNest(body, tiles, moves)
+
+
+def test_emit_loop_gives_the_stream_of_its_iterations_emitted_one_by_one():
+    nest = _relu_nest(40)
+    looped = Emitter(MID)
+    looped.emit_loop(nest)
+    flat = Emitter(MID)
+    for k in range(nest.n):
+        for op, fields in nest.iteration(k):
+            flat.emit(op, **fields)
+    (a, la), (b, _) = looped.finish(), flat.finish()
+    assert a.instrs == b.instrs and looped.loops == [(0, 3, 40)]
+    rolled, _ = roll(a.instrs, la, looped.loops)
+    assert expand(rolled)[0] == list(b.instrs) and len(rolled) * 8 < len(b)  # the first and last tiles peeled
+
+
+def test_emit_loop_refuses_a_stride_that_leaves_the_field_range():
+    from npuc.errors import CompileError
+
+    with pytest.raises(CompileError, match="DMA_LOAD"):
+        Emitter(MID).emit_loop(_relu_nest(40, stride=1 << 40))
