@@ -345,6 +345,8 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
     moves = [(j, f, s, p) for (j, f), (s, p) in model.items()]
     body_labels = list(labels[lo:lo + body])
     nested = _nested_body(first, body_labels, moves)
+    if nested is False:  # the body repeats within itself but not in a way the outer slots carry:
+        return None  # rerolling the iterations as plain instructions does better than a flat body
     if nested is not None:
         return (count,) + nested
     slots = group(moves)
@@ -355,7 +357,8 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
 
 def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int]]):
     """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
-    moves still fit (every instruction an encoded one stands for moves alike), else None."""
+    moves still fit (every instruction an encoded one stands for moves alike); None when the
+    body has no repetition of its own, False when it has but the outer moves do not fit."""
     from npuc.isa.loops import expand
 
     by_flat: dict[int, list] = {}
@@ -369,14 +372,14 @@ def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[in
     inner_labs = [k[0] for k in inner_keys]
     flat, origin = expand(inner)
     if [i.args for i in flat] != [i.args for i in first]:
-        return None
+        return False
     per: dict[int, set] = {}
     for j, e in enumerate(origin):
         per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
     if any(len(v) > 1 for v in per.values()):
-        return None
+        return False
     encoded_moves = [(e, f, s, p) for e, v in per.items() for f, s, p in next(iter(v))]
     slots = group(encoded_moves)
     if slots is None:
-        return None
+        return False
     return inner, inner_labs, slots
