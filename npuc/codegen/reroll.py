@@ -285,12 +285,18 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
             return runs[v]
 
         u = 0
+        hopeless = False
         while u < n:
             lo = start + u * body
             got = run_at(u)
             # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
             if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
                                        for k in range(1, LOOKAHEAD + 2)):
+                got = None
+            if got is not None and not hopeless:
+                got = _encoded_run(instrs, labels, lo, body, *got)
+                hopeless = got is None  # the other iterations' bodies fare no better: plain
+            else:
                 got = None
             if got is None:
                 plain.extend(instrs[lo:lo + body])
@@ -313,9 +319,9 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
 
 
 def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):
-    """(repetitions, encoded body, its labels, slots) of the run of ``body``-instruction
-    iterations starting at ``lo`` (at most ``left`` of them), or None when fewer than two
-    repeat with constant strides and the same flags."""
+    """(repetitions, moves) of the run of ``body``-instruction iterations starting at ``lo`` (at
+    most ``left`` of them), or None when fewer than two repeat with constant strides and the
+    same flags."""
     if left < 2 or body > MAX_BODY:
         return None
     first = instrs[lo:lo + body]
@@ -342,7 +348,13 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
         if nxt is None:
             break
         model, count = nxt, count + 1
-    moves = [(j, f, s, p) for (j, f), (s, p) in model.items()]
+    return count, [(j, f, s, p) for (j, f), (s, p) in model.items()]
+
+
+def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, count: int, moves: list):
+    """(repetitions, encoded body, its labels, slots) of a run found by :func:`_known_run`, or
+    None when it is better rerolled as plain instructions."""
+    first = instrs[lo:lo + body]
     body_labels = list(labels[lo:lo + body])
     nested = _nested_body(first, body_labels, moves)
     if nested is False:  # the body repeats within itself but not in a way the outer slots carry:
