@@ -61,9 +61,11 @@ def fuse(m: LoweredModel) -> LoweredModel:
 
 
 def fuse_kernels(kernels: list[LKernel], pinned: set[str], target) -> list[LKernel]:
-    """Fuse within one segment's kernel list (program order is kept)."""
+    """Fuse within one segment's kernel list (program order is kept, but for the writer of a
+    residual qadd's other summand, which may move earlier: :func:`_hoist_other_summand`)."""
     i = 0
     while i < len(kernels):
+        _hoist_other_summand(kernels, i)
         j = _fusable_consumer(kernels, i, pinned)
         if j is not None:
             fused = _merge(kernels[i], kernels[j])
@@ -73,6 +75,33 @@ def fuse_kernels(kernels: list[LKernel], pinned: set[str], target) -> list[LKern
                 continue  # try to extend the chain
         i += 1
     return kernels
+
+
+def _hoist_other_summand(kernels: list[LKernel], i: int) -> None:
+    """When kernel ``i`` is an int8 array kernel whose result only a qadd reads, and the qadd's
+    other summand is written by a later kernel that does no more multiply-accumulates (ResNet's
+    1x1 downsampling conv after the block's second 3x3 conv), move that writer before ``i`` when
+    nothing between depends on it: the add then fuses into kernel ``i``, whose products hide its
+    vector work, rather than into the smaller layer."""
+    p = kernels[i].kernel
+    readers = _readers(kernels, p.output.name)
+    if p.kind not in ("conv2d", "gemm") or p.quant is None or len(readers) != 1:
+        return
+    c = kernels[readers[0]].kernel
+    if c.kind != "qbinary" or not _qadd_into(p, c):
+        return
+    others = [t for t in c.inputs[:2] if t.name != p.output.name]
+    writers = _writers(kernels, others[0].name) if len(others) == 1 else []
+    if len(writers) != 1 or not i < writers[0] < readers[0] or kernels[writers[0]].macs > kernels[i].macs:
+        return
+    w = writers[0]
+    moved = kernels[w].kernel
+    reads = {t.name for t in moved.tensors() if t.name != moved.output.name}
+    for k in kernels[i:w]:
+        touched = {t.name for t in k.kernel.tensors()}
+        if k.kernel.output.name in reads or moved.output.name in touched:
+            return
+    kernels.insert(i, kernels.pop(w))
 
 
 def _writers(kernels: list[LKernel], name: str) -> list[int]:
