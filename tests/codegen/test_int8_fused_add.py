@@ -83,3 +83,25 @@ def test_the_fused_step_prints_and_parses_back():
     step = qadd_step(k.epilogue[0])
     assert step.record == 4 and k.inputs[4].shape == (1, 2)
     assert parse_kernel(print_kernel(k)) == k
+
+
+class MlpResidual(nn.Module):
+    """A transformer block's MLP with its residual add: the qadd fuses into the second gemm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(48, 96), nn.Linear(96, 48)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def test_a_residual_qadd_fuses_into_a_gemm_bit_exactly():
+    torch.manual_seed(0)
+    m, x = MlpResidual().eval(), torch.randn(1, 20, 48)
+    tgt = load_target("npu-mid")
+    g = _quantized(m, x, tgt)
+    art = compile_graph(g, tgt, quantize="int8")
+    assert art.report.kernels == 2, art.report.explain()
+    got, want = art.run(x)[0], interpret(g, x)[0]
+    assert torch.equal(got, want)
