@@ -33,10 +33,12 @@ from npuc.ir.ops.quantized import (
     QBinaryAttrs,
     QClampAttrs,
     QConv2dAttrs,
+    QConvTranspose2dAttrs,
     QLinearAttrs,
     QLutAttrs,
     QMeanAttrs,
     OutAttrs,
+    transposed_weight_scales,
 )
 from npuc.ir.rewrite import Rewriter, rewrite
 from npuc.ir.types import DType, QuantParams
@@ -237,8 +239,46 @@ def _weighted(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | N
     return rw.add("qlinear", operands, QLinearAttrs(out[0], out[1], lo, hi))
 
 
-def _bias(rw: Rewriter, b: Value, x: Value, w: Value) -> Value | None:
-    """The i32 bias operand: a dequantized i32 constant, or a float constant quantized here."""
+def _transposed(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | None:
+    """``conv_transpose2d`` of dequantized int8 values: ``qconv_transpose2d`` (weights scaled per
+    output channel along axis 1)."""
+    x = _dequantized(rw, n.inputs[0])
+    w = _transposed_weight(rw, n.inputs[1])
+    if x is None or w is None or any(z != 0 for z in w.type.quant.zero_point):
+        return None
+    a = n.attrs
+    operands = [x, w]
+    if len(n.inputs) == 3:
+        b = _bias(rw, n.inputs[2], x, w, transposed_weight_scales(w.type, a.groups))
+        if b is None:
+            return None
+        operands.append(b)
+    attrs = QConvTranspose2dAttrs(a.stride, a.padding, a.output_padding, a.dilation, a.groups, out[0], out[1], lo, hi)
+    return rw.add("qconv_transpose2d", operands, attrs)
+
+
+def _transposed_weight(rw: Rewriter, v: Value) -> Value | None:
+    """The i8 weight ``[I, O/groups, kh, kw]`` quantized per tensor or along axis 1 that ``v`` is
+    the dequantization of; a 1-D transposed convolution's weight ``[I, O/groups, k]`` reaches
+    the op through a reshape that adds kh = 1, and is reshaped here as a constant."""
+    p = rw.producer(v)
+    if p is not None and p.op == "reshape":
+        w = _dequantized_const(rw, p.inputs[0], DType.i8)
+        if w is None or w.type.rank != 3 or v.type.shape != (*w.type.shape[:2], 1, w.type.shape[2]):
+            return None
+        data = rw.const(w).reshape(v.type.shape)
+        return rw.constant(f"{rw.producer(w).attrs.name}.2d", data, quant=w.type.quant)
+    w = _dequantized_const(rw, v, DType.i8)
+    if w is None:
+        return None
+    q = w.type.quant
+    return w if q.axis in (None, 1) else None
+
+
+def _bias(rw: Rewriter, b: Value, x: Value, w: Value, scales_w: tuple[float, ...] | None = None) -> Value | None:
+    """The i32 bias operand: a dequantized i32 constant, or a float constant quantized here with
+    the scales ``input scale x weight scale`` (``scales_w``: one per output channel, by default
+    the weight's per-channel scales along axis 0)."""
     q = _dequantized_const(rw, b, DType.i32)
     if q is not None:
         return q
@@ -246,9 +286,11 @@ def _bias(rw: Rewriter, b: Value, x: Value, w: Value) -> Value | None:
     if t is None or not t.dtype.is_floating_point:
         return None
     sx = _params(x)[0]
-    o = w.type.shape[0]
-    ws = w.type.quant.scale if len(w.type.quant.scale) == o else w.type.quant.scale * o
-    scales = tuple(sx * s for s in ws)
+    if scales_w is None:
+        o = w.type.shape[0]
+        scales_w = w.type.quant.scale if len(w.type.quant.scale) == o else w.type.quant.scale * o
+    o = len(scales_w)
+    scales = tuple(sx * s for s in scales_w)
     data = arith.quantize_per_channel(t, scales, (0,) * o, 0, -(2**31), 2**31 - 1, torch.int32)
     return rw.constant(f"{rw.producer(b).attrs.name}.int32", data, quant=QuantParams(scales, (0,) * o, 0))
 
@@ -329,6 +371,7 @@ def _concat(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | Non
 HANDLERS: dict[str, Handler] = {
     "dequantize": _requantize_pair,
     "conv2d": _weighted,
+    "conv_transpose2d": _transposed,
     "linear": _weighted,
     "add": _binary,
     "mul": _binary,
