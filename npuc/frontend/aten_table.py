@@ -393,7 +393,12 @@ def _batch_norm(ctx: ConvertContext, a: dict) -> tuple:
 
 @rule("batch_norm", "aten.native_batch_norm.default")
 def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
-    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval)."""
+    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval,
+    or an instance norm: batch statistics and no running ones)."""
+    if _input_statistics(a):
+        from npuc.frontend.aten_models import batch_norm_no_stats
+
+        return batch_norm_no_stats(ctx, a)
     if a["training"]:
         raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
     return _batch_norm(ctx, a)
@@ -401,10 +406,21 @@ def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
 
 @rule("batch_norm", "aten.batch_norm.default")
 def _batch_norm_training_ir(ctx: ConvertContext, a: dict) -> Value:
-    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode."""
+    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode (or with
+    batch statistics and no running ones: an instance norm)."""
+    if _input_statistics(a):
+        from npuc.frontend.aten_models import batch_norm_no_stats
+
+        return batch_norm_no_stats(ctx, a)[0]
     if a["training"]:
         raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
     return _batch_norm_value(ctx, a)
+
+
+def _input_statistics(a: dict) -> bool:
+    """A batch norm normalizing by its input's own statistics, keeping no running ones (what an
+    instance norm decomposes to): it updates no state, unlike one in training mode."""
+    return bool(a["training"]) and a["running_mean"] is None and a["running_var"] is None
 
 
 def _batch_norm_value(ctx: ConvertContext, a: dict) -> Value:

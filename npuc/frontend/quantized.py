@@ -259,20 +259,11 @@ def _transposed(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value |
 
 def _transposed_weight(rw: Rewriter, v: Value) -> Value | None:
     """The i8 weight ``[I, O/groups, kh, kw]`` quantized per tensor or along axis 1 that ``v`` is
-    the dequantization of; a 1-D transposed convolution's weight ``[I, O/groups, k]`` reaches
-    the op through a reshape that adds kh = 1, and is reshaped here as a constant."""
-    p = rw.producer(v)
-    if p is not None and p.op == "reshape":
-        w = _dequantized_const(rw, p.inputs[0], DType.i8)
-        if w is None or w.type.rank != 3 or v.type.shape != (*w.type.shape[:2], 1, w.type.shape[2]):
-            return None
-        data = rw.const(w).reshape(v.type.shape)
-        return rw.constant(f"{rw.producer(w).attrs.name}.2d", data, quant=w.type.quant)
+    the dequantization of, or None."""
     w = _dequantized_const(rw, v, DType.i8)
-    if w is None:
+    if w is None or w.type.quant.axis not in (None, 1):
         return None
-    q = w.type.quant
-    return w if q.axis in (None, 1) else None
+    return w
 
 
 def _bias(rw: Rewriter, b: Value, x: Value, w: Value, scales_w: tuple[float, ...] | None = None) -> Value | None:

@@ -762,7 +762,7 @@ PROPOSERS: dict[str, Proposer] = {
 # Graph ops a PyTorch program does not produce directly: the quantized ops (the int8 path makes
 # them), const (every constant), cast (comparisons and argmax are cast back to float here).
 NOT_PROPOSED = frozenset({"const", "quantize", "dequantize", "qadd", "qavg_pool2d", "qclamp", "qconv2d",
-                          "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
+                          "qconv_transpose2d", "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
 
 
 IMAGE_OPS = frozenset({"conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "batch_norm", "upsample_nearest2d",

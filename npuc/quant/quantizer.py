@@ -1,8 +1,9 @@
 """The PT2E quantizer of the NPU.
 
 :class:`NpuQuantizer` annotates an exported (pre-dispatch ATen) graph with what the NPU runs in
-int8 (docs/quantization.md): conv and linear with symmetric int8 weights (per output channel by
-default) and int32 bias of scale ``input scale x weight scale``; per-tensor int8 activations;
+int8 (docs/quantization.md): conv, transposed conv and linear with symmetric int8 weights (per
+output channel by default: axis 0, or axis 1 of a transposed convolution's ``[I, O/groups, ...]``
+weight) and int32 bias of scale ``input scale x weight scale``; per-tensor int8 activations;
 add, mul, matmul; max/avg/adaptive-avg pooling and means; concat with one set of parameters for
 all its operands; relu/relu6/hardtanh/clamp fused into their producer (one output observer after
 the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup tables); and the
