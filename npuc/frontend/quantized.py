@@ -124,7 +124,67 @@ def recognize_quantized(g: Graph, float_ops: Collection[str] = DEFAULT_FLOAT_OPS
     """``g`` with every recognized ``quantize(op(dequantize ...))`` pattern as a quantized op,
     except for the graph ops named in ``float_ops`` (QuantOptions.float_ops), which stay float."""
     keep = frozenset(float_ops)
+    g = rewrite(g, _int8_reshapes_of_convolutions)
     return rewrite(g, lambda node, rw: _visit(node, rw, keep))
+
+
+CONVOLUTIONS = ("conv2d", "conv_transpose2d")
+
+
+def _int8_reshapes_of_convolutions(node: Node, rw: Rewriter) -> Value | None:
+    """A 1-D convolution imports as a 2-D one between reshapes (H = 1): ``quantize(reshape(
+    conv(reshape(dequantize(x)), reshape(dequantize(w)), ...)))``, a relu or clamp perhaps
+    after the second reshape.  Reshapes commute with per-tensor (de)quantization and with
+    elementwise ops, so this moves them to the int8 side -- ``reshape`` of the int8 ``x``, a
+    reshaped int8 weight constant, ``reshape(quantize(relu(conv)))`` -- where the patterns of
+    :func:`_visit` find the convolution between its ``dequantize`` and ``quantize``."""
+    if node.op in CONVOLUTIONS:
+        x, w = _int8_reshaped(rw, node.inputs[0]), _int8_reshaped_weight(rw, node.inputs[1])
+        if x is None and w is None:
+            return None
+        inputs = [x or node.inputs[0], w or node.inputs[1], *node.inputs[2:]]
+        return rw.add(node.op, inputs, node.attrs)
+    if node.op == "quantize":  # quantize(reshape(conv)) or quantize(relu(reshape(conv))), relu/clamp elementwise
+        p = rw.producer(node.inputs[0])
+        act = None
+        if p is not None and p.op in ("relu", "clamp") and rw.num_users(p.outputs[0]) == 1:
+            act, p = p, rw.producer(p.inputs[0])
+        if p is None or p.op != "reshape" or rw.num_users(p.outputs[0]) != 1:
+            return None
+        conv = rw.producer(p.inputs[0])
+        if conv is None or conv.op not in CONVOLUTIONS:
+            return None
+        y = p.inputs[0] if act is None else rw.add(act.op, (p.inputs[0],), act.attrs)
+        return rw.add("reshape", (rw.add("quantize", (y,), node.attrs),), p.attrs)
+    return None
+
+
+def _int8_reshaped(rw: Rewriter, v: Value) -> Value | None:
+    """``dequantize(reshape(x))`` for ``v = reshape(dequantize(x))`` of a per-tensor int8 ``x``."""
+    p = rw.producer(v)
+    if p is None or p.op != "reshape":
+        return None
+    x = _dequantized(rw, p.inputs[0])
+    if x is None or rw.const(x) is not None:
+        return None
+    return rw.add("dequantize", (rw.add("reshape", (x,), p.attrs),))
+
+
+def _int8_reshaped_weight(rw: Rewriter, v: Value) -> Value | None:
+    """``dequantize(w')`` for ``v = reshape(dequantize(w))`` of a quantized int8 constant ``w``,
+    ``w'`` the reshaped constant (per-channel parameters kept when the reshape leaves the
+    dimensions up to their axis as they are)."""
+    p = rw.producer(v)
+    if p is None or p.op != "reshape":
+        return None
+    w = _dequantized_const(rw, p.inputs[0], DType.i8)
+    if w is None:
+        return None
+    q, shape = w.type.quant, v.type.shape
+    if q.axis is not None and tuple(shape[:q.axis + 1]) != tuple(w.type.shape[:q.axis + 1]):
+        return None
+    data = rw.const(w).reshape(shape)
+    return rw.add("dequantize", (rw.constant(f"{rw.producer(w).attrs.name}.2d", data, quant=q),))
 
 
 Params = tuple[float, int]

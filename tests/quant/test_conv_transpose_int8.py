@@ -73,6 +73,17 @@ def test_symmetric_activations_and_an_odd_prime_sized_input():
     assert op_counts(graph).get("qconv_transpose2d") == 1
 
 
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+def test_1d_convolutions_and_transposed_convolutions_run_int8(per_channel):
+    """A 1-D (transposed) convolution imports as a 2-D one between reshapes; the reshapes move to
+    the int8 side, so the int8 op is recognized (grouped, with a relu between)."""
+    m = nn.Sequential(nn.Conv1d(4, 6, 3, groups=2), nn.ReLU(),
+                      nn.ConvTranspose1d(6, 4, 4, stride=3, padding=1, output_padding=2, groups=2))
+    graph = _check(m, (1, 4, 9), QuantOptions(per_channel=per_channel), seed=5)
+    counts = op_counts(graph)
+    assert counts.get("qconv2d") == 1 and counts.get("qconv_transpose2d") == 1
+
+
 class _Decoder(nn.Module):
     """A tiny U-Net of the ops int8 runs on the NPU: convolutions, max pooling, transposed
     convolutions (one followed by a batch norm, which PT2E folds into it), skip concatenations."""
