@@ -149,4 +149,5 @@ def _install_fold_shortcut() -> None:
         return m
 
     fold.npuc_memo = True  # type: ignore[attr-defined]
+    fold.npuc_original = original  # type: ignore[attr-defined]
     qat_utils._fold_conv_bn_qat_helper = fold
