@@ -45,7 +45,8 @@ ATEN_TABLE: dict[str, AtenRule] = {}
 # export, npuc.frontend.importer.import_graph_module): core-ATen exports never contain them.
 TRAINING_IR_OPS = frozenset({
     "aten.conv2d.default", "aten.conv1d.default", "aten.flatten.using_ints", "aten.reshape.default",
-    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default",
+    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default", "aten.to.dtype",
+    "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar",
 })
 
 
@@ -129,8 +130,10 @@ def _dropout(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["input"])
 
 
-@rule("cast", "aten._to_copy.default")
+@rule("cast", "aten._to_copy.default", "aten.to.dtype")
 def _to_copy(ctx: ConvertContext, a: dict) -> Value:
+    """A cast (``aten.to.dtype`` is torch.export's training IR, read directly rather than
+    decomposed node by node)."""
     return ctx.value(a["self"], ctx.out_dtype())
 
 
@@ -300,8 +303,10 @@ rule("logical_or", "aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar")(_logical(
 rule("ne", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar")(_logical("ne", True))
 
 
-@rule("where", "aten.where.self")
+@rule("where", "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def _where(ctx: ConvertContext, a: dict) -> Value:
+    """``where``; a scalar operand (the training IR's ``where.ScalarOther`` and kin) becomes a
+    0-d constant of the result's dtype."""
     dt = ctx.out_dtype()
     cond = ctx.value(a["condition"], torch.bool)
     return ctx.add("where", (cond, ctx.value(a["self"], dt), ctx.value(a["other"], dt)))
