@@ -14,9 +14,11 @@ from lowerlib import SmallCnn, lower, seeded
 
 
 class Gather(torch.nn.Module):
-    def __init__(self) -> None:
+    """An embedding of ``rows`` rows: more than a VGATHER table holds (65534) keeps it on the CPU."""
+
+    def __init__(self, rows: int = 70000) -> None:
         super().__init__()
-        self.emb = torch.nn.Embedding(32, 16)
+        self.emb = torch.nn.Embedding(rows, 16)
         self.fc = torch.nn.Linear(16, 16)
 
     def forward(self, ids):
@@ -44,12 +46,18 @@ def test_cnn_runs_entirely_on_the_npu():
     assert m.cpu_ops == ()
 
 
+def test_an_embedding_runs_on_the_npu():
+    m = lower(Gather(32).eval(), (torch.randint(0, 32, (1, 6)),))
+    assert placement(m)["embedding"] == ("npu", "")
+    assert [type(s) for s in m.segments] == [NpuSegment] and m.cpu_ops == ()
+
+
 def test_embedding_falls_back_with_its_reason():
-    ids = torch.randint(0, 32, (1, 6))
+    ids = torch.randint(0, 70000, (1, 6))
     m = lower(Gather().eval(), (ids,))
     side, reason = placement(m)["embedding"]
     assert side == "cpu"
-    assert "gather by runtime token ids needs the CPU" in reason
+    assert "the gather kernel cannot run it: gather from a table of 70000 rows" in reason
     assert [type(s) for s in m.segments] == [CpuSegment, NpuSegment]
     (op,) = m.cpu_ops
     assert op.op == "embedding" and op.seconds > 0 and op.loc and "test_partition.py" in op.loc
