@@ -163,13 +163,26 @@ def test_a_negative_index_of_x_idx_past_the_dim_is_an_error():
         art.run(x, i)
 
 
-def test_a_table_larger_than_the_scratchpad_stays_on_the_cpu_and_says_why():
-    m = EmbedLinear(4096, 64, 4)  # 512 KiB of fp16 rows, the whole npu-mid scratchpad
-    ids = torch.randint(0, 4096, (1, 8))
+def _instructions(art) -> set[str]:
+    return {i.op for p in art.programs for i in p.instrs}
+
+
+@pytest.mark.parametrize("rows,dim,tokens,instr", [(37, 13, 21, "VGATHER"), (70001, 8, 5, "DMA_GATHER"),
+                                                   (4096, 64, 8, "DMA_GATHER")])
+def test_the_table_is_read_from_the_scratchpad_or_its_rows_from_dram(rows, dim, tokens, instr):
+    # the cost walk picks: a small table loaded whole (VGATHER), a large one (more than the
+    # scratchpad or than a count field holds) left in DRAM and only the rows read (DMA_GATHER)
+    torch.manual_seed(rows)
+    m = EmbedLinear(rows, dim, 4)
+    ids = torch.randint(0, rows, (1, tokens))
+    ids[0, 0] = rows - 1
     art = npuc.compile(m.eval(), (ids,), target="npu-mid")
-    (reason,) = [o.reason for o in art.report.cpu_ops if o.op == "embedding"]
-    assert "scratchpad" in reason and "4096x64" in reason
+    assert not art.report.cpu_ops, art.report.explain()
+    assert instr in _instructions(art) and ({"VGATHER", "DMA_GATHER"} - {instr}).isdisjoint(_instructions(art))
     _ok(art, m, (ids,))
+    ids[0, 1] = rows
+    with pytest.raises(npuc.NpucError, match=f"{instr} row index {rows} .* out of range"):
+        art.run(ids)
 
 
 # ------------------------------------------------------------------------------ int8

@@ -199,6 +199,8 @@ FP16_CASES = {
     "gather-rows-3x11x2-int32": gather((33, 2), (3, 13), 1, base=True, size=11),
     "gather-elements-210-wrap": gather((210, 1), (2, 3, 5, 3), 2, base=True, size=7, wrap=True),
     "gather-rows-4000x16-int64": gather((4000, 16), (1000,), 2),
+    "gather-dram-70001x8-int64": gather((70001, 8), (100,), 2),
+    "gather-dram-70001x64-int32": gather((70001, 64), (2, 9), 1),
 }
 
 INT8_CASES = {
@@ -215,6 +217,7 @@ INT8_CASES = {
     "copy-permute-int8": copy_permute((8, 49, 96), (2, 0, 1), I8),
     "fill-int8": fill((1, 64, 30, 30), I8),
     "gather-embedding-int8": gather((500, 96), (128,), 2, I8),
+    "gather-dram-int8": gather((70001, 16), (64,), 2, I8),
 }
 
 CASES = [(name, k, t) for t in TARGETS if t.has_fp16 for name, k in FP16_CASES.items()]

@@ -8,8 +8,10 @@ of the indexed dim, ``scale``, ``wrap``).  ``embedding`` and ``index_select`` ga
 (``scale`` 1, ``base`` the offset of the outer block), ``gather`` single elements (B = 1,
 ``scale`` the indexed dim's stride, ``base`` the offsets of the other coordinates).
 
-The whole table is loaded into the scratchpad once.  Index rows go in tiles of P; per tile, in
-int32 on the vector unit:
+Two schedules, the cheaper by the cost walk (a table too large for the scratchpad, or with more
+rows than a count field holds, has only the second): the whole table loaded into the scratchpad
+once and VGATHER of its rows, or the table left in DRAM and DMA_GATHER of just the rows the
+indices name.  Index rows go in tiles of P; per tile, in int32 on the vector unit:
 
 1. the index words are loaded; ``i`` is the low word (with ``wrap``: plus ``size`` where it is
    negative, VCMP lt then VUN muls and VBIN add);
@@ -18,15 +20,13 @@ int32 on the vector unit:
 3. the table row ``r = base + scale * i``; where not valid, ``r = T`` (VSEL), a row the table
    does not have, so VGATHER stops the NPU with an error naming the index instead of reading
    another row: PyTorch raises on such an index, the NPU never answers wrongly;
-4. VGATHER copies the B elements of every row (bit for bit: fp16 or int8, whose rows keep the
-   table's quantization), and the tile is stored.
-
-A table whose bytes do not fit the scratchpad beside a one-row tile, or with more rows than a
-count field holds, is refused (the op stays on the CPU, which reads only the rows it needs).
+4. VGATHER (or DMA_GATHER) copies the B elements of every row (bit for bit: fp16 or int8, whose
+   rows keep the table's quantization), and the tile is stored.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -41,15 +41,19 @@ from npuc.kir.plan import Plan
 from npuc.kir.tile_program import TileProgram
 
 I32 = DType.int32
-NSETS = 2  # buffer sets: the loads and index math of tile i+1 overlap the gather and store of tile i
+NSETS = 3  # buffer sets: the index loads of tile i+1, the gather of tile i and the store of tile i-1 overlap
 _SCALARS = 3  # int32 0, size and T (the row every invalid index is sent to)
+
+
+MAX_DRAM_ROWS = (1 << 24) - 1  # DMA_GATHER's table_rows field (and exact as an fp32 immediate)
 
 
 @dataclass(frozen=True)
 class GatherPlan:
-    """Tiles of ``tile`` index rows."""
+    """Tiles of ``tile`` index rows; the table in the scratchpad (VGATHER) or left in DRAM (DMA_GATHER)."""
 
     tile: int
+    dram_table: bool = False
 
 
 def _aligned(n: int) -> int:
@@ -67,9 +71,20 @@ def _set_bytes(k: Kernel, p: int) -> int:
     return _aligned(4 * p * _words(k)) + base + 3 * _aligned(4 * p) + _aligned(p * b * k.dtype.size)
 
 
-def _table_bytes(k: Kernel) -> int:
+def _table_bytes(k: Kernel, dram_table: bool = False) -> int:
     t, b = k.inputs[0].shape
-    return _aligned(t * b * k.dtype.size) + _aligned(4 * _SCALARS)
+    return (0 if dram_table else _aligned(t * b * k.dtype.size)) + _aligned(4 * _SCALARS)
+
+
+def _spad_table_problem(k: Kernel, target) -> str | None:
+    """Why the table cannot sit in the scratchpad (VGATHER), or None."""
+    t, b = k.inputs[0].shape
+    if t >= MAX_COUNT:
+        return f"more than {MAX_COUNT - 1} rows"
+    need = _table_bytes(k) + NSETS * _set_bytes(k, 1)
+    if need > target.scratchpad.size_bytes:
+        return f"{need} bytes with a one-row tile, more than the {target.scratchpad.size_bytes}-byte scratchpad"
+    return None
 
 
 class GatherKernel:
@@ -90,29 +105,38 @@ class GatherKernel:
             return f"gather output {list(kernel.output.shape)} is not {rows} rows of {b}"
         if len(kernel.inputs) == 3 and kernel.inputs[2].shape != (rows,):
             return f"gather row offsets {list(kernel.inputs[2].shape)} are not one per output row ({rows})"
-        if t >= MAX_COUNT or b > MAX_COUNT:
-            return f"gather from a table of {t} rows of {b}: more than {MAX_COUNT - 1} rows or {MAX_COUNT} elements a row"
+        if t > MAX_DRAM_ROWS or b > MAX_COUNT:
+            return f"gather from a table of {t} rows of {b}: more than {MAX_DRAM_ROWS} rows or {MAX_COUNT} elements a row"
         if a.size < 1 or a.scale < 1 or a.scale * (a.size - 1) >= t:
             return f"gather of a dim of {a.size} with a stride of {a.scale} rows leaves the table of {t} rows"
         problem = dtype_problem(kernel.dtype, target, int8=True)
         if problem:
             return problem
-        need = _table_bytes(kernel) + NSETS * _set_bytes(kernel, 1)
+        need = _table_bytes(kernel, True) + NSETS * _set_bytes(kernel, 1)
         if need > target.scratchpad.size_bytes:
-            return (f"gather from a table of {t}x{b} ({t * b * kernel.dtype.size} bytes): with a one-row tile it "
-                    f"needs {need} bytes, more than the {target.scratchpad.size_bytes}-byte scratchpad")
+            return f"gather rows of {b} elements: a one-row tile needs {need} bytes, more than the scratchpad's"
         return None
 
     def plan(self, kernel: Kernel, target) -> Plan:
+        """The cheaper of the two schedules by the cost walk (the scratchpad table on a tie)."""
+        return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
+
+    def alternatives(self, kernel: Kernel, target) -> list[Plan]:
+        """The DRAM-table plan, and before it the scratchpad-table plan when the table fits."""
+        out = [] if _spad_table_problem(kernel, target) else [self._plan(kernel, target, False)]
+        return out + [self._plan(kernel, target, True)]
+
+    def _plan(self, kernel: Kernel, target, dram_table: bool) -> Plan:
         rows = kernel.output.shape[0]
-        budget = (target.scratchpad.size_bytes - _table_bytes(kernel)) // NSETS
+        budget = (target.scratchpad.size_bytes - _table_bytes(kernel, dram_table)) // NSETS
         p = largest_fitting(lambda n: _set_bytes(kernel, n), budget, min(rows, MAX_COUNT))
         if p == 0:
             raise CompileError(f"kernel '{kernel.name}': no gather tile fits beside the table")
         p = min(p, max(1, -(-rows // 4)), 1024) if rows > 64 else p  # several tiles, so they overlap
         t, b = kernel.inputs[0].shape
-        summary = f"gather of {rows} rows of {b} from a table of {t} rows, tiles of {p} rows"
-        return tile_plan(summary, self.program(kernel, GatherPlan(p), target), target)
+        where = "DMA_GATHER from DRAM" if dram_table else "VGATHER from the scratchpad"
+        summary = f"gather of {rows} rows of {b} from a table of {t} rows ({where}), tiles of {p} rows"
+        return tile_plan(summary, self.program(kernel, GatherPlan(p, dram_table), target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(kernel, plan, em.target, self.program), em)
@@ -126,27 +150,46 @@ class GatherKernel:
         es = kernel.dtype.size
         w = idx.shape[-1]
         em = TileBuilder(target, kernel)
-        table = em.alloc(t * b * es, "table")
+        table = None if gp.dram_table else em.alloc(t * b * es, "table")
         scal = em.alloc(4 * _SCALARS, "int32 scalars")
         p = gp.tile
         sets = [_Buffers(em, kernel, p, i) for i in range(NSETS)]
         em.at(-1)
-        dma_nd(em, "DMA_LOAD", table_t.addr, (t, b), table_t.strides, table, (b * es, es), es)
+        if table is not None:
+            dma_nd(em, "DMA_LOAD", table_t.addr, (t, b), table_t.strides, table, (b * es, es), es)
         for i, value in enumerate((0, kernel.attrs.size, t)):
             em.emit("VFILL", dtype="int32", n0=1, dst=scal + 4 * i, value=float(value))
         rows = kernel.output.shape[0]
         lead = tuple(range(idx.rank - 1))
-        for it, r0 in enumerate(range(0, rows, p)):
-            em.at(it)
+        starts = list(range(0, rows, p))
+
+        def load(it: int) -> None:  # the index words (and row offsets) of tile ``it``
+            r0, buf = starts[it], sets[it % NSETS]
             n = min(p, rows - r0)
-            buf = sets[it % NSETS]
             load_pieces(em, rows_block(idx, lead, idx.rank - 1, r0, n, 0, w), Tile(buf.words, n, w, I32))
             if base is not None:
                 load_pieces(em, rows_block(base.reshape((rows, 1)), (0,), 1, r0, n, 0, 1), Tile(buf.base, n, 1, I32))
+
+        load(0)
+        pending = None
+        for it, r0 in enumerate(starts):
+            em.at(it)
+            if it + 1 < len(starts):
+                load(it + 1)  # ahead, into the other set: it overlaps this tile's work
+            n = min(p, rows - r0)
+            buf = sets[it % NSETS]
             _row_indices(em, kernel, buf, n, w, scal)
-            em.emit("VGATHER", dtype=kernel.dtype.name, n0=b, n1=n, dst=buf.rows, idx=buf.r, table=table,
-                    table_rows=t, table_s1=b * es)
-            store_pieces(em, Tile(buf.rows, n, b, kernel.dtype), rows_block(kernel.output, (0,), 1, r0, n, 0, b))
+            if table is None:
+                em.emit("DMA_GATHER", esize=es, dram_addr=table_t.addr, local_addr=buf.rows, n0=b, n1=n, idx=buf.r,
+                        table_rows=t, dram_s0=table_t.strides[1], dram_s1=table_t.strides[0], local_s1=b * es)
+            else:
+                em.emit("VGATHER", dtype=kernel.dtype.name, n0=b, n1=n, dst=buf.rows, idx=buf.r, table=table,
+                        table_rows=t, table_s1=b * es)
+            if pending is not None:
+                pending()  # the previous tile's store, after this tile's gather: the transfers queue in that order
+            pending = functools.partial(store_pieces, em, Tile(buf.rows, n, b, kernel.dtype),
+                                        rows_block(kernel.output, (0,), 1, r0, n, 0, b))
+        pending()
         return em.finish(f"tiles of {p} of {rows} index rows", gp)
 
 
