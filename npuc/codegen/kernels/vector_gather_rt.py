@@ -36,6 +36,7 @@ from npuc.codegen.kernels.vector_common import dtype_problem, largest_fitting
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
+from npuc.isa.instr import field_max
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.kir.tile_program import TileProgram
@@ -46,6 +47,7 @@ _SCALARS = 3  # int32 0, size and T (the row every invalid index is sent to)
 
 
 MAX_DRAM_ROWS = (1 << 24) - 1  # DMA_GATHER's table_rows field (and exact as an fp32 immediate)
+MAX_DRAM_S0, MAX_DRAM_S1 = field_max("DMA_GATHER", "dram_s0"), field_max("DMA_GATHER", "dram_s1")
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,20 @@ def _spad_table_problem(k: Kernel, target) -> str | None:
     return None
 
 
+def _dram_table_problem(k: Kernel, target) -> str | None:
+    """Why DMA_GATHER cannot read the rows from the table in DRAM, or None."""
+    table = k.inputs[0]
+    t = table.shape[0]
+    if t > MAX_DRAM_ROWS:
+        return f"more than {MAX_DRAM_ROWS} rows"
+    if table.strides[1] > MAX_DRAM_S0 or table.strides[0] > MAX_DRAM_S1:
+        return f"strides {list(table.strides)} wider than DMA_GATHER's"
+    need = _table_bytes(k, True) + NSETS * _set_bytes(k, 1)
+    if need > target.scratchpad.size_bytes:
+        return f"a one-row tile of {need} bytes, more than the {target.scratchpad.size_bytes}-byte scratchpad"
+    return None
+
+
 class GatherKernel:
     """The ``gather`` kind (docs/kernels.md)."""
 
@@ -105,16 +121,17 @@ class GatherKernel:
             return f"gather output {list(kernel.output.shape)} is not {rows} rows of {b}"
         if len(kernel.inputs) == 3 and kernel.inputs[2].shape != (rows,):
             return f"gather row offsets {list(kernel.inputs[2].shape)} are not one per output row ({rows})"
-        if t > MAX_DRAM_ROWS or b > MAX_COUNT:
-            return f"gather from a table of {t} rows of {b}: more than {MAX_DRAM_ROWS} rows or {MAX_COUNT} elements a row"
+        if b > MAX_COUNT:
+            return f"gather from a table of {t} rows of {b}: more than {MAX_COUNT} elements a row"
         if a.size < 1 or a.scale < 1 or a.scale * (a.size - 1) >= t:
             return f"gather of a dim of {a.size} with a stride of {a.scale} rows leaves the table of {t} rows"
         problem = dtype_problem(kernel.dtype, target, int8=True)
         if problem:
             return problem
-        need = _table_bytes(kernel, True) + NSETS * _set_bytes(kernel, 1)
-        if need > target.scratchpad.size_bytes:
-            return f"gather rows of {b} elements: a one-row tile needs {need} bytes, more than the scratchpad's"
+        in_spad, in_dram = _spad_table_problem(kernel, target), _dram_table_problem(kernel, target)
+        if in_spad and in_dram:
+            return (f"gather from a table of {t} rows of {b}: not in the scratchpad ({in_spad}), "
+                    f"nor from DRAM ({in_dram})")
         return None
 
     def plan(self, kernel: Kernel, target) -> Plan:
@@ -122,9 +139,9 @@ class GatherKernel:
         return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
 
     def alternatives(self, kernel: Kernel, target) -> list[Plan]:
-        """The DRAM-table plan, and before it the scratchpad-table plan when the table fits."""
+        """The scratchpad-table plan and the DRAM-table plan, each where it is possible."""
         out = [] if _spad_table_problem(kernel, target) else [self._plan(kernel, target, False)]
-        return out + [self._plan(kernel, target, True)]
+        return out + ([] if _dram_table_problem(kernel, target) else [self._plan(kernel, target, True)])
 
     def _plan(self, kernel: Kernel, target, dram_table: bool) -> Plan:
         rows = kernel.output.shape[0]
