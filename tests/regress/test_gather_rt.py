@@ -252,3 +252,19 @@ def test_roberta_position_ids_block_gathers_on_the_npu():
     art = npuc.compile(m.eval(), (ids,), target="npu-mid")
     assert "embedding" not in _cpu_ops(art), art.report.explain()
     _ok(art, m, (ids,))
+
+
+def test_gather_kernels_print_parse_and_compile_deterministically():
+    from npuc.kir.text import parse_kernel, print_kernel
+    from npuc.lower.partition import partition
+    from npuc.lower.precision import choose_precision
+    from npuc.targets import load_target
+
+    torch.manual_seed(2)
+    m, ids = PositionIds().eval(), torch.randint(2, 53, (2, 13))
+    mid = load_target("npu-mid")
+    lowered = partition(npuc.import_model(m, (ids,)), mid, choose_precision(mid, None))
+    kernels = [lk for s in lowered.segments for lk in getattr(s, "kernels", ()) if lk.kernel.kind == "gather"]
+    assert len(kernels) == 2
+    assert all(parse_kernel(print_kernel(lk)) == lk for lk in kernels)
+    assert npuc.compile(m, (ids,)).to_bytes() == npuc.compile(m, (ids,)).to_bytes()
