@@ -15,6 +15,8 @@ non-negative.  Shapes come from torch.export's recorded example values, so resha
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -718,22 +720,51 @@ def _index_select(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(picked, ctx.out_shape())
 
 
-@rule("index_select, reshape", "aten.index.Tensor")
+@rule("index_select, reshape, permute, where, lt, add, mul", "aten.index.Tensor")
 def _index(ctx: ConvertContext, a: dict) -> Value:
-    """``x[..., idx]`` with one integer index tensor: an index_select on that dimension."""
+    """``x[i0, i1, ...]``, advanced indexing by integer tensors (``None`` for a ``:``): each index
+    counted from the end where negative (``where(i < 0, i + n, i)``, as PyTorch), the indexed
+    dims made one (moved to the front first when they are not adjacent, as PyTorch places the
+    result's broadcast index dims), the flat index ``sum_k i_k * stride_k`` (broadcast), then one
+    ``index_select`` of that dim."""
     x = ctx.value(a["self"])
     indices = list(a["indices"])
     used = [i for i, t in enumerate(indices) if t is not None]
-    if len(used) != 1:
-        raise Unsupported("advanced indexing with several index tensors has no graph op (one is supported)")
-    dim = used[0]
-    if ctx.dtype_of(indices[dim]) == torch.bool:
+    if not used:
+        return x
+    if any(ctx.dtype_of(indices[d]) in (torch.bool, torch.uint8) for d in used):
         raise Unsupported("indexing by a boolean mask gives a data-dependent shape")
-    index = ctx.value(indices[dim])
-    flat = ctx.reshape(index, (index.type.numel,))
-    picked = ctx.add("index_select", (x, flat), dim=dim)
-    shape = (*x.type.shape[:dim], *index.type.shape, *x.type.shape[dim + 1:])
-    return ctx.reshape(picked, shape)
+    shape = x.type.shape
+    if used != list(range(used[0], used[-1] + 1)):
+        rest = [d for d in range(x.type.rank) if d not in used]
+        x = ctx.add("permute", (x,), perm=tuple(used + rest))
+        shape, used = tuple(shape[d] for d in used + rest), list(range(len(used)))
+        idx = [ctx.value(indices[d]) for d in sorted(i for i, t in enumerate(indices) if t is not None)]
+    else:
+        idx = [ctx.value(indices[d]) for d in used]
+    first, sizes = used[0], [shape[d] for d in used]
+    flat = None
+    for k, (i, n) in enumerate(zip(idx, sizes)):
+        term = _wrapped(ctx, i, n)
+        stride = math.prod(sizes[k + 1:])
+        if stride != 1:
+            term = ctx.add("mul", (term, _int_const(ctx, i, stride)))
+        flat = term if flat is None else ctx.add("add", (flat, term))
+    bshape = tuple(ctx.type_of(flat).shape)
+    pre, post = shape[:first], shape[first + len(used):]
+    x = ctx.reshape(x, pre + (math.prod(sizes),) + post)
+    picked = ctx.add("index_select", (x, ctx.reshape(flat, (math.prod(bshape),))), dim=first)
+    return ctx.reshape(picked, pre + bshape + post)
+
+
+def _int_const(ctx: ConvertContext, like: Value, value: int) -> Value:
+    return ctx.tensor_const("index", torch.tensor(value, dtype=like.type.dtype.torch))
+
+
+def _wrapped(ctx: ConvertContext, i: Value, n: int) -> Value:
+    """``i`` with ``n`` added where it is negative (PyTorch's indexing counts those from the end)."""
+    neg = ctx.add("lt", (i, _int_const(ctx, i, 0)))
+    return ctx.add("where", (neg, ctx.add("add", (i, _int_const(ctx, i, n))), i))
 
 
 # The quantize/dequantize ops of quantized programs (npuc.frontend.quantized) and the ops of

@@ -407,7 +407,7 @@ def _moving(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | Non
     if n.op == "pad":
         code = int(arith.quantize_tensor(torch.tensor([attrs.value]), *_params(x))[0])
         attrs = type(attrs)(attrs.pads, float(code))
-    y = rw.add(n.op, (x,), attrs)
+    y = rw.add(n.op, (x, *n.inputs[1:]), attrs)  # a gather's indices pass as they are
     return _clamped(rw, _requant(rw, y, out), lo, hi)
 
 
@@ -434,7 +434,7 @@ HANDLERS: dict[str, Handler] = {
     **{op: _lut for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "relu", "clamp", "elu",
                            "expm1", "log1p", "log")},
     **{op: _moving for op in ("reshape", "permute", "slice", "select", "expand", "upsample_nearest2d",
-                              "max_pool2d", "pad", "flip")},
+                              "max_pool2d", "pad", "flip", "index_select", "gather")},
 }
 
 

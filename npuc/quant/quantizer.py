@@ -121,6 +121,7 @@ SHARING_OPS = {
     aten.clone.default: "reshape", aten.dropout.default: "reshape", aten.expand.default: "expand",
     aten.upsample_nearest2d.vec: "upsample_nearest2d", aten.pad.default: "pad",
     aten.constant_pad_nd.default: "pad", aten.flip.default: "flip",
+    aten.index_select.default: "index_select", aten.gather.default: "gather", aten.index.Tensor: "index_select",
 }
 CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
 # Batch norms left in the graph for quantization-aware training (folded by convert_pt2e).
