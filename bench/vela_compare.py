@@ -18,7 +18,7 @@ npuc's side runs on the presets ``u55-like-256`` and ``u65-like-256``; ``--targe
 (and ``u65=PATH``) names other npuc target files instead, to ask what another memory system buys.
 
     python bench/vela_compare.py [--quick] [--target-file u55=PATH --target-file u65=PATH]
-        [--systems u55,u65] [--layers] [--check] [--calibration 4] [--json PATH]
+        [--systems u55,u65] [--layers] [--fuse-layers] [--check] [--calibration 4] [--json PATH]
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def resolve_targets(args) -> dict:
     return out
 
 
-def npuc_figures(g, target) -> dict:
+def npuc_figures(g, target, fuse_layers: bool = False, per_layer: bool = False) -> dict:
     from npuc.artifact import compile_graph, zero_inputs
 
-    art = compile_graph(g, target, quantize="int8")
+    art = compile_graph(g, target, quantize="int8", fuse_layers=fuse_layers)
     prof = art.profile(*zero_inputs(art))
     doc = {"cycles": prof.total_cycles, "npu_cycles": prof.npu_cycles, "dram_bytes": prof.dram_bytes,
            "off_chip_bytes": prof.dram_bytes, "macs": prof.macs, "energy_pj": prof.energy_pj,
@@ -78,13 +78,19 @@ def npuc_figures(g, target) -> dict:
         mems = prof.memory_figures()
         doc["memories"] = {m["memory"]: {"kind": m["kind"], "bytes": m["read_bytes"] + m["write_bytes"]} for m in mems}
         doc["off_chip_bytes"] = sum(m["read_bytes"] + m["write_bytes"] for m in mems if m["kind"] in OFF_CHIP_KINDS)
+    if per_layer:
+        names = [m.name for m in target.memories]
+        doc["layers"] = [{"name": lp.name, "op": lp.op, "kind": lp.kind, "cycles": lp.cycles, "macs": lp.macs,
+                          "lower_bound_cycles": lp.lower_bound_cycles, "off_chip_bytes": lp.dram_bytes,
+                          "memory_bytes": {n: r + w for n, r, w in zip(names, lp.memory_read_bytes, lp.memory_write_bytes)}}
+                         for lp in prof.layers]
     return doc
 
 
 def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict:
     model, example = vp.NETWORKS[name]()
     g = vp.int8_graph(model, example, target, vp.calibration_samples(name, args.calibration, example), name)
-    ours = npuc_figures(g, target)
+    ours = npuc_figures(g, target, fuse_layers=args.fuse_layers, per_layer=args.layers)
     spec = vp.tflite_spec(g)
     theirs = vela.compile(vela.write(spec, f"{name}-{system}"), system, per_layer=args.layers)
     doc = {"network": name, "system": system, "npuc_target": target.name, "vela_system": list(vp.SYSTEMS[system]),
@@ -102,7 +108,7 @@ def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict
                                "text": str(agreement)}
     if args.layers:
         doc["vela_layers"] = [{"name": r["Name"], "op": r["NNG Operator"], "cycles": int(float(r["Op Cycles"])),
-                               "mac_util_percent": float(r["Util% (MAC)"])} for r in theirs.layers]
+                               "mac_util_percent": float(r["Util% (MAC)"]), "row": dict(r)} for r in theirs.layers]
     return doc
 
 
@@ -124,6 +130,10 @@ def print_row(d: dict) -> None:
     for layer in d.get("vela_layers", ()):
         print(f"{'':<13}   vela {layer['name'][:30]:<30} {layer['op']:<18} {layer['cycles']:>10,} cycles "
               f"{layer['mac_util_percent']:>6.1f}% MAC use")
+    for layer in n.get("layers", ()):
+        per = ", ".join(f"{k} {b:,}" for k, b in layer["memory_bytes"].items())
+        print(f"{'':<13}   npuc {layer['name'][:30]:<30} {layer['kind'][:18]:<18} {layer['cycles']:>10,} cycles "
+              f"(bound {layer['lower_bound_cycles']:,}) {per} B")
 
 
 def main() -> None:
@@ -132,7 +142,8 @@ def main() -> None:
     ap.add_argument("--networks", help=f"comma-separated, of: {', '.join(ALL)}")
     ap.add_argument("--systems", default="u55,u65", help="comma-separated, of: u55, u65")
     ap.add_argument("--target-file", action="append", metavar="SYSTEM=PATH", help="npuc target file for a system")
-    ap.add_argument("--layers", action="store_true", help="Vela's per-layer figures too")
+    ap.add_argument("--layers", action="store_true", help="Vela's and npuc's per-layer figures too")
+    ap.add_argument("--fuse-layers", action="store_true", help="compile npuc's side with fusion across layers")
     ap.add_argument("--check", action="store_true",
                     help="run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc's reference")
     ap.add_argument("--calibration", type=int, default=4, help="int8 calibration samples")
