@@ -90,7 +90,7 @@ def test_empty_stream():
     (bytes([0x09, 0]), 4, "block header 0x09"),
     (bytes([3, 0]), 4, "ends inside a code"),
     (bytes([CONSTANT, 7, 0]), 4, "1 bytes left"),
-    (bytes([7, 0, 0xFF, 0x00]), 1, "more than a byte holds"),
+    (bytes([7, 0, 0xC0, 0x00]), 1, "more than a byte holds"),
 ])
 def test_malformed_streams_are_refused_with_the_reason(stream, length, words):
     with pytest.raises(WeightStreamError, match=words):
