@@ -122,3 +122,20 @@ def test_decoded_load_decodes_on_the_simulator_and_refuses_a_bad_stream():
     image[base] = 0x0C
     with pytest.raises(SimulationError, match="does not decode"):
         simulate(prog, tgt, dram=bytes(image))
+
+
+def test_a_truncated_or_misplaced_weight_streams_section_is_refused():
+    import dataclasses
+
+    from npuc.runtime.npub import RawSection, assemble, split_container
+    from npuc.runtime.npub_model import SectionKind
+
+    g, _ = model_graph("u55-like-256")
+    n = compile_graph(g, load_target("u55-like-256"), quantize="int8").npub
+    c = split_container(n.to_bytes())
+    cut = tuple(RawSection(s.kind, s.flags, s.payload[:-3]) if s.kind == SectionKind.WEIGHT_STREAMS else s
+                for s in c.sections)
+    with pytest.raises(BinaryFormatError, match="WEIGHT_STREAMS section"):
+        load_npub(assemble(dataclasses.replace(c, sections=cut)))
+    with pytest.raises(BinaryFormatError, match="exists from format 3.2"):
+        load_npub(assemble(dataclasses.replace(c, version=(3, 1))))
