@@ -7,9 +7,15 @@ and no CPU segment binds it.  Each distinct block such a load reads (its DRAM re
 shape, strides) becomes one stream (npuc.isa.weight_codec) of the bytes in the order the load
 writes them; the streams are packed, in order of first use, into the constant's own bytes of the
 blob, which they replace (the rest of its bytes become zero), so the memory plan does not move.
-The constant is compressed only when its streams fit in its bytes and its loads then move fewer
-bytes, in whole bursts of the memory it lives in, than they did raw (a strided tile load that
-paid partial bursts raw reads one contiguous stream).  Otherwise it stays as it was.
+Blocks are taken largest first; each becomes a run of the constant's new contents, in the order
+its load writes the bytes: a stream of the codec when that saves at least one burst, else the raw
+bytes, contiguous, which a plain DMA_LOAD then reads (so incompressible weights still stop paying
+a burst for every short strided run).  A load whose bytes are a block-aligned part of a run
+already made (a plane of a tile that is also loaded plane by plane) reads that part of it (every
+block of a stream decodes on its own).  The constant is rewritten only when its runs fit in its
+bytes and its loads then move fewer bytes, in whole bursts of the memory it lives in, than they
+did raw; otherwise it stays as it was.  (A constant rewritten with raw runs only is reordered,
+not compressed: the record leaves it out.)
 
 The record of what was compressed (:class:`~npuc.runtime.npub_model.WeightStreams`) goes into the binary's
 WEIGHT_STREAMS section (docs/binary-format.md): the profile's compulsory weight bytes and the
@@ -24,7 +30,7 @@ import numpy as np
 
 from npuc.isa.enums import Mem, Space
 from npuc.isa.instr import Instr
-from npuc.isa.weight_codec import encode
+from npuc.isa.weight_codec import BLOCK, encode_blocks, worth_compressing
 from npuc.kir.program import CONSTANT, CpuSegment
 from npuc.runtime.npub_model import CompressedConstant, WeightStream, WeightStreams
 
@@ -76,45 +82,110 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
     out = [list(p) for p in programs]
     streams: list[WeightStream] = []
     done: list[CompressedConstant] = []
-    burst = target.weight_memory.burst_bytes
     for e in sorted(users):
         if e in refused:
             continue
-        off, size = entries[e]
-        coded: dict[tuple, tuple[int, bytes]] = {}
-        raw_moved = coded_moved = 0
-        for pi, ii in users[e]:
-            ins = programs[pi][ii]
-            r = _dram_region(ins)
-            raw_moved += r.burst_bytes(burst)
-            key = _block_key(ins)
-            if key not in coded:
-                data = np.lib.stride_tricks.as_strided(view[r.addr - base:], r.shape, r.strides).tobytes()
-                coded[key] = (len(data), encode(data))
-            coded_moved += -(-len(coded[key][1]) // burst) * burst
-        stored = sum(len(s) for _, s in coded.values())
-        if stored > size or coded_moved >= raw_moved:
+        placed = _compress_constant(programs, users[e], entries[e], view, base, target)
+        if placed is None:
             continue
-        at = off
-        addr_of: dict[tuple, int] = {}
+        off, size = entries[e]
         blob[off - base:off - base + size] = bytes(size)
-        for key, (n, s) in coded.items():
-            addr_of[key] = at
-            blob[at - base:at - base + len(s)] = s
-            decoded = _decoded(view, base, key)
-            streams.append(WeightStream(at, len(s), n, zlib.crc32(decoded)))
-            at += len(s)
-        for pi, ii in users[e]:
+        for at, parts, decoded in placed.streams:
+            data = decoded if parts is None else b"".join(parts)
+            blob[at - base:at - base + len(data)] = data
+            if parts is not None:
+                streams.append(WeightStream(at, len(data), len(decoded), zlib.crc32(decoded)))
+        for (pi, ii), (at, nbytes, coded) in placed.loads.items():
             ins = programs[pi][ii]
-            key = _block_key(ins)
-            out[pi][ii] = _decode_load(ins, addr_of[key], len(coded[key][1]))
-        done.append(CompressedConstant(off, size, stored))
+            out[pi][ii] = _decode_load(ins, at, nbytes) if coded else _contiguous_load(ins, at)
+        if any(parts is not None for _, parts, _ in placed.streams):  # else only reordered: stored raw
+            done.append(CompressedConstant(off, size, placed.stored))
     return out, bytes(blob), WeightStreams(tuple(streams), tuple(done))
 
 
-def _decoded(view: np.ndarray, base: int, key: tuple) -> bytes:
-    addr, n2, n1, n0, s2, s1, s0 = key
-    return np.lib.stride_tricks.as_strided(view[addr - base:], (n2, n1, n0), (s2, s1, s0)).tobytes()
+class _Placed:
+    """A constant's new contents: its streams (address, coded blocks or None for a raw run,
+    decoded bytes) and each load's (address, bytes, coded) of the run, or of the block-aligned
+    part of one, that it reads."""
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[int, list[bytes] | None, bytes]] = []
+        self.loads: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        self.stored = 0
+
+
+def _addresses(r) -> np.ndarray:
+    """The DRAM address of each element of region ``r``, in the order a load writes them."""
+    idx = [np.arange(n, dtype=np.int64) * s for n, s in zip(r.shape, r.strides)]
+    return (r.addr + idx[0][:, None, None] + idx[1][None, :, None] + idx[2][None, None, :]).ravel()
+
+
+def _compress_constant(programs, users, entry, view, base, target) -> _Placed | None:
+    """The new contents of one constant and where each of its loads reads, or None when they do
+    not fit in its bytes or move no fewer whole bursts than the raw loads.
+
+    Each distinct block its loads read, largest first, becomes a run in load order: a stream of
+    the codec when that saves at least a burst, else the raw bytes (contiguous, so a plain
+    DMA_LOAD reads it in whole bursts).  A load whose bytes are a block-aligned part of a run
+    already made (a plane of a tile loaded plane by plane) reads that part of it."""
+    off, size = entry
+    burst = target.window_at(off).memory.burst_bytes
+    regions = {ref: _dram_region(programs[ref[0]][ref[1]]) for ref in users}
+    keys: dict[tuple, object] = {}
+    for ref in users:
+        keys.setdefault(_block_key(programs[ref[0]][ref[1]]), regions[ref])
+    order = sorted(keys, key=lambda k: -keys[k].count)
+    runs: list[tuple[np.ndarray, list[bytes] | None, list[int]]] = []  # addresses, coded blocks, block offsets
+    starts: dict[int, tuple[int, int]] = {}  # address of a block's first byte -> (run, block)
+    where: dict[tuple, tuple[int, int, int]] = {}  # block key -> (run, first block, blocks)
+    for k in order:
+        a = _addresses(keys[k])
+        hit = starts.get(int(a[0]))
+        if hit is not None:
+            ri, b = hit
+            full = runs[ri][0]
+            pos = b * BLOCK
+            if (pos + a.size <= full.size and (a.size % BLOCK == 0 or pos + a.size == full.size)
+                    and np.array_equal(full[pos:pos + a.size], a)):
+                where[k] = (ri, b, -(-a.size // BLOCK))
+                continue
+        parts = encode_blocks(view[a - base])
+        if worth_compressing(a.size, sum(len(x) for x in parts), burst):
+            offsets = np.concatenate([[0], np.cumsum([len(x) for x in parts])]).tolist()
+        else:
+            parts, offsets = None, [min(j * BLOCK, a.size) for j in range(-(-a.size // BLOCK) + 1)]
+        for j in range(-(-a.size // BLOCK)):
+            starts.setdefault(int(a[j * BLOCK]), (len(runs), j))
+        where[k] = (len(runs), 0, len(offsets) - 1)
+        runs.append((a, parts, offsets))
+    stored = sum(r[2][-1] for r in runs)
+    if stored > size:
+        return None
+    placed = _Placed()
+    at = off
+    run_at = []
+    for a, parts, offsets in runs:
+        run_at.append(at)
+        placed.streams.append((at, parts, view[a - base].tobytes()))
+        at += offsets[-1]
+    placed.stored = stored
+    raw_moved = new_moved = 0
+    for ref in users:
+        ri, b, nb = where[_block_key(programs[ref[0]][ref[1]])]
+        offsets = runs[ri][2]
+        start, nbytes = run_at[ri] + offsets[b], offsets[b + nb] - offsets[b]
+        placed.loads[ref] = (start, nbytes, runs[ri][1] is not None)
+        raw_moved += regions[ref].burst_bytes(burst)
+        new_moved += -(-nbytes // burst) * burst
+    return placed if new_moved < raw_moved else None
+
+
+def _contiguous_load(ins: Instr, addr: int) -> Instr:
+    """The load reading its bytes, in its order, from one contiguous run at ``addr``."""
+    a = ins.args
+    return Instr.make("DMA_LOAD", deps=ins.deps, local=a.local, esize=1, dram_addr=addr, local_addr=a.local_addr,
+                      n0=a.n0, n1=a.n1, n2=a.n2, dram_s0=1, dram_s1=a.n0, dram_s2=a.n0 * a.n1,
+                      local_s1=a.local_s1, local_s2=a.local_s2)
 
 
 def _decode_load(ins: Instr, stream_addr: int, stream_bytes: int) -> Instr:

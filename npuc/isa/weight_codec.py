@@ -114,14 +114,21 @@ def _encode_blocks(blocks: np.ndarray) -> list[bytes]:
     return out
 
 
-def encode(data: bytes | np.ndarray) -> bytes:
-    """The stream of ``data`` (bytes, any values): decode(encode(x), len(x)) == x."""
+def encode_blocks(data: bytes | np.ndarray) -> list[bytes]:
+    """The coded blocks of ``data``, one per ``BLOCK`` bytes (the last may cover fewer): each
+    block is self-contained, so the blocks from any block on are the stream of the bytes from
+    there (a load may decode a block-aligned part of a stream)."""
     raw = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).ravel()
     full = raw.size // BLOCK * BLOCK
     parts = _encode_blocks(raw[:full].reshape(-1, BLOCK)) if full else []
     if full < raw.size:
         parts += _encode_blocks(raw[full:].reshape(1, -1))
-    return b"".join(parts)
+    return parts
+
+
+def encode(data: bytes | np.ndarray) -> bytes:
+    """The stream of ``data`` (bytes, any values): decode(encode(x), len(x)) == x."""
+    return b"".join(encode_blocks(data))
 
 
 def worth_compressing(raw_bytes: int, stream_bytes: int, burst_bytes: int) -> bool:

@@ -139,3 +139,77 @@ def test_a_truncated_or_misplaced_weight_streams_section_is_refused():
         load_npub(assemble(dataclasses.replace(c, sections=cut)))
     with pytest.raises(BinaryFormatError, match="exists from format 3.2"):
         load_npub(assemble(dataclasses.replace(c, version=(3, 1))))
+
+
+def synthetic(data: bytes, loads, target):
+    """A plan with one constant (``data``) at the weights memory's base and a program of loads
+    ``(shape, strides, offset)`` of it into the scratchpad, one after another."""
+    from types import SimpleNamespace
+
+    from npuc.isa.instr import Instr
+    from npuc.kir.program import CONSTANT, Buffer
+
+    base = target.window_of(target.weight_memory.name).base
+    placed = (SimpleNamespace(buffer=Buffer("#w", len(data), CONSTANT), offset=base),)
+    plan = SimpleNamespace(constants=data, regions=(("constants", "CONSTANTS", base, len(data)),), placed=placed,
+                           model=SimpleNamespace(segments=()))
+    prog, local = [], 0
+    for (n2, n1, n0), (s2, s1, s0), off in loads:
+        prog.append(Instr.make("DMA_LOAD", esize=1, dram_addr=base + off, local_addr=local, n0=n0, n1=n1, n2=n2,
+                               dram_s0=s0, dram_s1=s1, dram_s2=s2))
+        local += n0 * n1 * n2
+    return plan, prog + [Instr.make("END")], base
+
+
+def run_both(data, loads, target):
+    from npuc.codegen.weight_compression import compress_weight_loads
+    from npuc.isa.instr import Program
+    from npuc.runtime.sim import simulate
+
+    plan, prog, base = synthetic(data, loads, target)
+    (new,), blob, record = compress_weight_loads([prog], plan, target)
+    size = base + len(data) + 64
+    before = simulate(Program(tuple(prog)), target, dram=bytes(base) + data + bytes(64))
+    after = simulate(Program(tuple(new)), target, dram=bytes(base) + blob + bytes(64))
+    assert size == len(before.dram)
+    assert after.spad == before.spad  # every load wrote the same bytes
+    return new, record, before, after
+
+
+# (9, 16, 32) weights, tap-major, read as two 16-wide output-channel tiles (16-byte runs) and the
+# first tile once more plane by plane
+TILES = [((9, 16, 16), (512, 32, 1), 0), ((9, 16, 16), (512, 32, 1), 16)] + [((1, 16, 16), (512, 32, 1), 512 * t)
+                                                                              for t in range(9)]
+
+
+def test_tile_loads_of_incompressible_weights_read_contiguous_runs():
+    import numpy as np
+
+    tgt = load_target("u65-like-256")
+    data = np.random.default_rng(0).integers(0, 256, 9 * 16 * 32, dtype=np.uint8).tobytes()
+    new, record, before, after = run_both(data, TILES, tgt)
+    assert {i.op for i in new} == {"DMA_LOAD", "END"} and not record.streams and not record.constants
+    assert after.actions.dram_read < before.actions.dram_read / 4   # 16-byte runs in 128-byte bursts: 8x
+
+
+def test_tile_loads_of_bell_shaped_weights_decode_streams_and_their_planes():
+    import numpy as np
+
+    tgt = load_target("u55-like-256")
+    data = np.random.default_rng(0).laplace(0, 4, 9 * 16 * 32).clip(-127, 127).astype(np.int8).tobytes()
+    new, record, before, after = run_both(data, TILES, tgt)
+    assert [i.op for i in new].count("DMA_LOAD_DECODE") == len(TILES)
+    assert len(record.streams) == 2 and record.constants[0].stored_bytes < 0.7 * len(data)
+    assert after.actions.dram_read < before.actions.dram_read
+
+
+def test_loads_that_fit_no_stream_leave_the_constant_raw():
+    import numpy as np
+
+    tgt = load_target("u55-like-256")
+    data = np.random.default_rng(0).integers(0, 256, 9 * 16 * 32, dtype=np.uint8).tobytes()
+    overlapping = [((9, 16, 16), (512, 32, 1), 0), ((9, 16, 16), (512, 32, 1), 8), ((9, 16, 16), (512, 32, 1), 16)]
+    new, record, before, after = run_both(data, overlapping, tgt)
+    assert {i.op for i in new} == {"DMA_LOAD", "END"} and after.actions.dram_read == before.actions.dram_read
+
+
