@@ -30,8 +30,8 @@ def breakdown(run: dict, top: int) -> list[str]:
     layers = n.get("layers")
     if not layers:
         return [f"{run['network']} {run['system']}: no per-layer figures (run vela_compare with --layers)"]
-    w_read = sum(x["weight_bytes"] for x in layers)
-    w_distinct = sum(x["weight_distinct_bytes"] for x in layers)
+    w_read = sum(x.get("weight_bytes", 0) for x in layers)
+    w_distinct = sum(x.get("weight_distinct_bytes", 0) for x in layers)
     total_off = n["off_chip_bytes"]
     w_off = w_read  # the presets keep every weight off chip (flash or DRAM)
     act_off = total_off - w_off
@@ -52,7 +52,7 @@ def breakdown(run: dict, top: int) -> list[str]:
     out.append(f"  {'layer':<28} {'kind':<16} {'npuc cyc':>11} {'bound':>11} {'Vela cyc':>11} {'excess':>11} "
                f"{'off-chip B':>12} {'w read':>7}  Vela access cycles")
     for excess, x, vl in rows[:top]:
-        wf = x["weight_bytes"] / x["weight_distinct_bytes"] if x["weight_distinct_bytes"] else 0
+        wf = x.get("weight_bytes", 0) / x.get("weight_distinct_bytes", 0) if x.get("weight_distinct_bytes", 0) else 0
         vac = (f"SRAM {vl['row'].get('SRAM AC', '?')}, DRAM {vl['row'].get('DRAM AC', '?')}, "
                f"flash {vl['row'].get('OffFlash AC', '?')}" if vl and "row" in vl else "-")
         out.append(f"  {x['name'][:28]:<28} {x['kind'][:16]:<16} {x['cycles']:>11,} {x['lower_bound_cycles']:>11,} "

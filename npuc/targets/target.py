@@ -373,6 +373,7 @@ class Target:
             ("memories", "; ".join(_memory_summary(m, self.clock_hz) for m in self.memories)),
             ("DRAM bandwidth", f"{self.dram_gb_per_s:.3g} GB/s ({self.dram_bytes_per_cycle:g} B/cycle)"),
             ("DMA latency", f"{self.dma.latency_cycles} cycles"),
+            ("weight decoder", f"{self.weight_decoder.bytes_per_cycle:g} B/cycle decoded" if self.weight_decoder else "none"),
             ("DRAM", _size_text(self.dram.size_bytes)),
             ("static power", f"{self.energy.static_power_mw:g} mW"),
             ("area (estimate)", f"{self.area_mm2:.3g} mm^2" if self.area is not None else "-"),
