@@ -428,7 +428,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
         emitted = [emit_segment(s, target) for s in segs]
         programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
-        if compression.constants:
+        if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
             plan = replace(plan, constants=blob)
         codes = tuple(finish_segment(e, prog) for e, prog in zip(emitted, programs))
         return Compiled(plan, codes, compression)
