@@ -77,13 +77,10 @@ def _codes(v: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _pack(code: np.ndarray, length: np.ndarray) -> bytes:
     """Codes (each ``length`` bits, most significant first) back to back, as bytes."""
-    total = int(length.sum())
-    starts = np.cumsum(length) - length
-    bits = np.zeros(-(-total // 8) * 8, np.uint8)
-    for b in range(int(length.max(initial=0))):
-        has = length > b
-        bits[starts[has] + length[has] - 1 - b] = (code[has] >> b) & 1
-    return np.packbits(bits).tobytes()
+    width = int(length.max(initial=0))  # ESCAPE + 8, or a block's last code with its padding
+    left = (code << (width - length)).astype(np.int64)           # each code left-aligned in 16 bits
+    bits = ((left[:, None] >> np.arange(width - 1, -1, -1)) & 1).astype(np.uint8)
+    return np.packbits(bits[np.arange(width)[None, :] < length[:, None]]).tobytes()
 
 
 def _encode_blocks(blocks: np.ndarray) -> list[bytes]:
