@@ -388,6 +388,7 @@ class Compiled:
 
     plan: Any
     codes: tuple
+    weight_compression: Any = None  # npuc.codegen.weight_compression.WeightCompression
 
 
 @dataclass(frozen=True, eq=False)
@@ -402,9 +403,10 @@ def backend_stages(target: Any, precision: Any, model_name: str,
                    on_stage: Callable[[str], None] | None = None, fuse_layers: bool = False) -> list[Stage]:
     """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged);
     ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on)."""
-    from npuc.codegen.driver import code_text, compile_segment
+    from npuc.codegen.driver import code_text, emit_segment, finish_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
+    from npuc.codegen.weight_compression import compress_weight_loads
     from npuc.isa.enums import DType
     from npuc.kir.program import NpuSegment
     from npuc.kir.text import print_lowered
@@ -424,10 +426,15 @@ def backend_stages(target: Any, precision: Any, model_name: str,
 
     def codegen(plan: Any) -> Compiled:
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
-        return Compiled(plan, tuple(compile_segment(s, target) for s in segs))
+        emitted = [emit_segment(s, target) for s in segs]
+        programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
+        if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
+            plan = replace(plan, constants=blob)
+        codes = tuple(finish_segment(e, prog) for e, prog in zip(emitted, programs))
+        return Compiled(plan, codes, compression)
 
     def package(c: Compiled) -> Packaged:
-        return Packaged(build_npub(c.plan, c.codes, model_name), c)
+        return Packaged(build_npub(c.plan, c.codes, model_name, compression=c.weight_compression), c)
 
     def check_plan(p: Any) -> None:
         try:

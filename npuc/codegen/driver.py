@@ -42,8 +42,18 @@ def plan_kernel(lk: LKernel, target) -> Plan:
         raise CompileError(f"layer {lk.name} ({'+'.join(lk.ops)}){where} cannot be compiled: {e}") from None
 
 
-def compile_segment(seg: NpuSegment, target) -> SegmentCode:
-    """Plan and emit every kernel of ``seg`` into one program."""
+@dataclass(frozen=True, eq=False)
+class EmittedSegment:
+    """One NPU segment emitted, before rerolling: its instructions, their labels, the plans."""
+
+    segment: NpuSegment
+    instrs: tuple
+    labels: tuple[str, ...]
+    plans: tuple[Plan, ...]
+
+
+def emit_segment(seg: NpuSegment, target) -> EmittedSegment:
+    """Plan and emit every kernel of ``seg`` into one unrolled instruction stream."""
     em = Emitter(target)
     plans = []
     for lk in seg.kernels:
@@ -56,13 +66,25 @@ def compile_segment(seg: NpuSegment, target) -> SegmentCode:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
-    rolled, labels = reroll(program.instrs, labels)
+    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans))
+
+
+def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
+    """The emitted segment (with ``instrs`` in place of its own: the same count, labels
+    unchanged) rerolled into its program."""
+    seg, plans = e.segment, e.plans
+    rolled, labels = reroll(e.instrs if instrs is None else instrs, e.labels)
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
     spad = max((p.spad_bytes for p in plans), default=0)
     acc = max((p.acc_bytes for p in plans), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
+
+
+def compile_segment(seg: NpuSegment, target) -> SegmentCode:
+    """Plan and emit every kernel of ``seg`` into one program (no weight compression)."""
+    return finish_segment(emit_segment(seg, target))
 
 
 def debug_entries(labels: tuple[str, ...], locs: dict[str, str | None]) -> tuple[DebugEntry, ...]:

@@ -35,6 +35,7 @@ from npuc.runtime.npub import (
     Segment,
     SegmentKind,
     SramUsage,
+    WeightStreams,
 )
 
 
@@ -47,8 +48,9 @@ def target_json(target) -> str:
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,
-               extra: dict[str, str] | None = None) -> Npub:
-    """The container of a planned, compiled model."""
+               extra: dict[str, str] | None = None, compression: WeightStreams | None = None) -> Npub:
+    """The container of a planned, compiled model (``compression``: the weight streams the
+    codegen stored in the blob, npuc.codegen.weight_compression)."""
     import npuc
 
     m = plan.model
@@ -79,7 +81,7 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
     meta = {
         "npuc.target": target_json(target),
-        "npuc.layers": canonical_json([[_layer(lk, target) for lk in c.segment.kernels] for c in codes]),
+        "npuc.layers": canonical_json([[_layer(lk, target, compression) for lk in c.segment.kernels] for c in codes]),
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
@@ -95,18 +97,28 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
         cpu_fallback=tuple(cpu),
         debug_map=tuple(c.debug for c in codes),
         metadata=Metadata(npuc.__version__, model_name, tuple(sorted(meta.items()))),
+        weight_streams=compression if compression is not None and compression.constants else None,
     )
 
 
-def _layer(lk, target) -> list:
+def _layer(lk, target, compression: WeightStreams | None = None) -> list:
     k = lk.kernel
-    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes(), _compulsory_per_memory(lk, target)]
+    per = _compulsory_per_memory(lk, target, compression)
+    saved = sum(n - _stored(addr, n, compression) for (_, addr, _, _), n in lk.compulsory().items())
+    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes() - saved, per]
 
 
-def _compulsory_per_memory(lk, target) -> list:
+def _stored(addr: int, n: int, compression: WeightStreams | None) -> int:
+    """Compulsory bytes of a tensor at ``addr``: its stream bytes when its constant is compressed
+    (rounded down, so that the bound stays a bound)."""
+    return n if compression is None else int(n * compression.stored_fraction(addr))
+
+
+def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None) -> list:
     """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in."""
     per: dict[str, int] = {}
     for (_, addr, _, _), n in lk.compulsory().items():
+        n = _stored(addr, n, compression)
         w = target.window_at(addr)
         name = w.memory.name if w is not None else target.activation_memory.name
         per[name] = per.get(name, 0) + n
