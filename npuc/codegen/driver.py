@@ -42,16 +42,27 @@ def plan_kernel(lk: LKernel, target) -> Plan:
         raise CompileError(f"layer {lk.name} ({'+'.join(lk.ops)}){where} cannot be compiled: {e}") from None
 
 
-def compile_segment(seg: NpuSegment, target) -> SegmentCode:
-    """Plan and emit every kernel of ``seg`` into one program."""
+def compile_segment(seg: NpuSegment, target, resident_bytes: int = 0) -> SegmentCode:
+    """Plan and emit every kernel of ``seg`` into one program; ``resident_bytes``: the top of the
+    scratchpad holds the memory plan's on-chip tensors (the kernels plan in the rest and reach
+    those tensors through :class:`~npuc.codegen.local_memory.LocalEmitter`)."""
     em = Emitter(target)
+    kt, kem = target, em
+    if resident_bytes:
+        from npuc.codegen.kernels.fused_chain import with_scratchpad
+        from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+
+        size = target.scratchpad.size_bytes
+        kt = with_scratchpad(target, size - resident_bytes)
+        window = (RESIDENT_BASE + size - resident_bytes, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")
+        kem = LocalEmitter(em, kt, [window])
     plans = []
     for lk in seg.kernels:
-        plan = plan_kernel(lk, target)
+        plan = plan_kernel(lk, kt)
         plans.append(plan)
         try:
             with em.source(lk.name):
-                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, em)
+                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, kem)
         except CompileError as e:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
@@ -60,7 +71,7 @@ def compile_segment(seg: NpuSegment, target) -> SegmentCode:
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
-    spad = max((p.spad_bytes for p in plans), default=0)
+    spad = max((p.spad_bytes for p in plans), default=0) + resident_bytes
     acc = max((p.acc_bytes for p in plans), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
 

@@ -27,6 +27,7 @@ naming the sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -78,6 +79,8 @@ class MemoryPlanResult:
     activation_peak: int                            # over every memory
     activation_naive: int
     memories: tuple[MemoryUse, ...] = ()            # one per memory of the target, in its order
+    resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors
+    on_chip: Any = None                             # the choice (npuc.codegen.resident_plan.OnChip)
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
@@ -121,9 +124,16 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in life.items()}
 
 
-def plan_memory(m: LoweredModel) -> MemoryPlanResult:
-    """Place every buffer of ``m`` and relocate its kernels to absolute addresses."""
+def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
+    """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
+    first let the cost model keep activations in the scratchpad across kernels
+    (``npuc.codegen.resident_plan``)."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+    from npuc.codegen.resident_plan import choose_on_chip
+
     t = m.target
+    on_chip = choose_on_chip(m) if resident else None
+    kept = on_chip.offsets if on_chip is not None else {}
     placed: list[Placed] = []
     regions: list[tuple[str, str, int, int]] = []
     top = {mem.name: 0 for mem in t.memories}  # bytes used from each window's base
@@ -131,7 +141,7 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
     blob, consts = _pack_constants(m)
     const_size = align(len(blob))
     life = lifetimes(m)
-    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
+    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life and b.name not in kept]
     io = [b for kind in (INPUT, OUTPUT) for b in m.buffers if b.kind == kind]
     if len(t.memories) == 1:
         _check_fits_one(m, const_size, sum(align(b.nbytes) for b in io), greedy_by_size(acts, life)[1])
@@ -175,12 +185,16 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
     if acts:
         _refuse(m, f"{len(acts)} activations ({sum(align(b.nbytes) for b in acts):,} bytes) that fit no memory "
                    "beside what the plan already placed", 0, "activations", top, const_size)
+    if kept:
+        start = RESIDENT_BASE + t.scratchpad.size_bytes - on_chip.resident_bytes
+        placed += [Placed(b, start + kept[b.name], *life[b.name], memory="scratchpad") for b in m.buffers if b.name in kept]
     arena = max(t.window_of(n).base + used for n, used in top.items() if used) if any(top.values()) else 0
     naive = sum(align(b.nbytes) for b in m.buffers if b.kind == ACTIVATION and b.name in life)
     offs = {p.buffer.name: p.offset for p in placed}
     model = relocate(m, offs)
     memories = tuple(MemoryUse(n, u["constants"], u["io"], u["activations"], top[n]) for n, u in use.items())
-    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories)
+    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories,
+                            on_chip.resident_bytes if kept else 0, on_chip)
 
 
 def _pack_constants(m: LoweredModel) -> tuple[bytes, list[tuple[Buffer, int]]]:
@@ -279,10 +293,30 @@ def memory_plan_text(p: MemoryPlanResult) -> str:
                      f"activations peak {u.activations:,} B; {u.used:,} B used")
     for name, kind, off, size in p.regions:
         lines.append(f"  region {name:<12} {kind:<12} [0x{off:x}, 0x{off + size:x})  {size:,} B")
+    lines += _on_chip_lines(p)
     for pl in sorted(p.placed, key=lambda x: (x.offset, x.buffer.name)):
+        if pl.memory == "scratchpad":
+            continue
         life = f"  steps {pl.first}..{pl.last}" if pl.first >= 0 else ""
         lines.append(f"  0x{pl.offset:08x} {pl.buffer.nbytes:>12,} B  {pl.buffer.kind:<10} {pl.memory:<8} {pl.buffer.name}{life}")
     return "\n".join(lines) + "\n"
+
+
+def _on_chip_lines(p: MemoryPlanResult) -> list[str]:
+    """The split of the scratchpad and every tensor kept on chip, with its lifetime."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+
+    c = p.on_chip
+    if c is None:
+        return []
+    tried = ", ".join(f"{r // 1024} KiB {e / 1e6:.3f} uJ" if r % 1024 == 0 else f"{r:,} B {e / 1e6:.3f} uJ"
+                      for r, e in c.considered)
+    lines = [f"  on chip: {p.resident_bytes:,} B of the scratchpad keep {len(c.offsets)} activations across kernels "
+             f"(estimated {c.energy_pj / 1e6:.3f} uJ against {c.baseline_pj / 1e6:.3f} uJ with none; splits {tried})"]
+    for pl in sorted((x for x in p.placed if x.memory == "scratchpad"), key=lambda x: (x.first, x.offset)):
+        lines.append(f"  spad 0x{pl.offset - RESIDENT_BASE:06x} {pl.buffer.nbytes:>10,} B  {pl.buffer.kind:<10} scratchpad "
+                     f"{pl.buffer.name}  steps {pl.first}..{pl.last}  saves {c.saved_pj[pl.buffer.name] / 1e6:.3f} uJ")
+    return lines
 
 
 def check_no_overlap(p: MemoryPlanResult) -> None:

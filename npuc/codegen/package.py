@@ -104,9 +104,14 @@ def _layer(lk, target) -> list:
 
 
 def _compulsory_per_memory(lk, target) -> list:
-    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in."""
+    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in
+    (a tensor the memory plan keeps in the scratchpad is in none and moves no DMA bytes)."""
+    from npuc.codegen.local_memory import is_resident_address
+
     per: dict[str, int] = {}
     for (_, addr, _, _), n in lk.compulsory().items():
+        if is_resident_address(addr):
+            continue
         w = target.window_at(addr)
         name = w.memory.name if w is not None else target.activation_memory.name
         per[name] = per.get(name, 0) + n
