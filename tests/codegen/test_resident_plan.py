@@ -1,0 +1,124 @@
+"""Activations kept in the scratchpad across kernels (``resident=True``: npuc/codegen/resident_plan.py,
+npuc/codegen/local_memory.py): against PyTorch eager (fp16) and the integer reference (int8, bit
+for bit) with tensors on chip, on npu-mid, u55-like-256 and u65-like-256, unfused and with fused
+chains; fewer off-chip bytes than the same model without the plan; the plan printed; the same
+bytes twice.  ``art.run`` runs the simulator's race detector on every program, so each run here
+also checks that the cross-kernel accesses of the on-chip tensors are ordered."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npuc
+from npuc.artifact import compile_graph
+from npuc.codegen.local_memory import RESIDENT_BASE
+from npuc.codegen.memory_plan import memory_plan_text
+from npuc.codegen.resident_plan import split_sizes
+from npuc.frontend.quantized import import_quantized
+from npuc.interp import interpret
+from npuc.pipeline import run_graph_passes
+from npuc.targets import load_target
+
+FP16_TOL = 2e-2
+
+
+class Blocks(torch.nn.Module):
+    """Two MobileNetV2 inverted residual blocks (the second with its residual add)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def block(c, e, o, s):
+            return torch.nn.Sequential(torch.nn.Conv2d(c, e, 1), torch.nn.ReLU6(),
+                                       torch.nn.Conv2d(e, e, 3, s, 1, groups=e), torch.nn.ReLU6(),
+                                       torch.nn.Conv2d(e, o, 1))
+        self.a = block(8, 32, 16, 2)
+        self.b = block(16, 48, 16, 1)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y + self.b(y)
+
+
+class Residual(torch.nn.Module):
+    """A ResNet basic block after a stem conv: the block input is read twice (conv and add)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, 2, 1)
+        self.c1 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        s = torch.relu(self.stem(x))
+        return torch.relu(s + self.c2(torch.relu(self.c1(s))))
+
+
+def on_chip(art) -> dict[str, int]:
+    """Buffer -> scratchpad address of the tensors the plan keeps on chip."""
+    return {p.buffer.name: p.offset - RESIDENT_BASE for p in art.compiled.plan.placed if p.memory == "scratchpad"}
+
+
+@pytest.mark.parametrize("model,shape,target", [
+    (Blocks, (1, 8, 33, 27), "npu-mid"),
+    (Residual, (1, 3, 40, 36), "npu-mid"),
+    (Blocks, (1, 8, 33, 27), "u65-like-256"),
+], ids=["blocks-mid", "residual-mid", "blocks-u65"])
+def test_fp16_resident_matches_eager_and_moves_fewer_bytes(model, shape, target):
+    torch.manual_seed(0)
+    m = model().eval()
+    x = torch.randn(shape)
+    on = npuc.compile(m, (x,), target=target, resident=True)
+    off = npuc.compile(m, (x,), target=target)
+    kept = on_chip(on)
+    assert kept and not on_chip(off)
+    size = load_target(target).scratchpad.size_bytes
+    r = on.compiled.plan.resident_bytes
+    assert r in split_sizes(load_target(target)) and all(size - r <= a < size for a in kept.values())
+    want = m(x)
+    (got,) = on.run(x)
+    assert (got - want).abs().max().item() / max(1.0, want.abs().max().item()) < FP16_TOL
+    assert on.profile(x).dram_bytes < off.profile(x).dram_bytes
+
+
+@pytest.mark.parametrize("target", ["npu-mid", "u55-like-256", "u65-like-256"])
+def test_int8_resident_is_bit_exact(target):
+    torch.manual_seed(1)
+    m = Blocks().eval()
+    x = torch.randn(1, 8, 29, 23)
+    calib = [(torch.randn(1, 8, 29, 23),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="blocks"))
+    (want,) = interpret(g, x)
+    on = compile_graph(g, target, quantize="int8", resident=True)
+    (got,) = on.run(x)
+    assert torch.equal(got, want)
+    off = compile_graph(g, target, quantize="int8")
+    assert on_chip(on)
+    pon, poff = on.profile(x), off.profile(x)
+    assert pon.dram_bytes <= poff.dram_bytes and pon.energy_pj < poff.energy_pj
+
+
+def test_resident_with_fused_chains_matches_and_is_deterministic():
+    torch.manual_seed(2)
+    m = Residual().eval()
+    x = torch.randn(1, 3, 40, 36)
+    a = npuc.compile(m, (x,), target="npu-mid", resident=True, fuse_layers=True)
+    b = npuc.compile(m, (x,), target="npu-mid", resident=True, fuse_layers=True)
+    assert a.to_bytes() == b.to_bytes()
+    want = m(x)
+    (got,) = a.run(x)
+    assert (got - want).abs().max().item() / max(1.0, want.abs().max().item()) < FP16_TOL
+
+
+def test_plan_prints_where_each_tensor_lives_and_when():
+    torch.manual_seed(3)
+    m = Blocks().eval()
+    x = torch.randn(1, 8, 33, 27)
+    art = npuc.compile(m, (x,), target="npu-mid", resident=True)
+    text = memory_plan_text(art.compiled.plan)
+    assert "on chip:" in text and "of the scratchpad keep" in text
+    lines = {ln.split()[5]: ln for ln in text.splitlines() if ln.lstrip().startswith("spad 0x")}
+    assert set(lines) == set(on_chip(art))
+    for name, addr in on_chip(art).items():
+        assert f"spad 0x{addr:06x}" in lines[name] and " steps " in lines[name] and "saves" in lines[name]
