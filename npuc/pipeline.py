@@ -426,7 +426,8 @@ def backend_stages(target: Any, precision: Any, model_name: str,
 
     def codegen(plan: Any) -> Compiled:
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
-        return Compiled(plan, tuple(compile_segment(s, target, plan.resident_bytes) for s in segs))
+        return Compiled(plan, tuple(compile_segment(s, target, plan.kernel_splits(i), prefetch=resident)
+                                    for i, s in enumerate(segs)))
 
     def package(c: Compiled) -> Packaged:
         return Packaged(build_npub(c.plan, c.codes, model_name), c)

@@ -42,27 +42,32 @@ def plan_kernel(lk: LKernel, target) -> Plan:
         raise CompileError(f"layer {lk.name} ({'+'.join(lk.ops)}){where} cannot be compiled: {e}") from None
 
 
-def compile_segment(seg: NpuSegment, target, resident_bytes: int = 0) -> SegmentCode:
-    """Plan and emit every kernel of ``seg`` into one program; ``resident_bytes``: the top of the
-    scratchpad holds the memory plan's on-chip tensors (the kernels plan in the rest and reach
-    those tensors through :class:`~npuc.codegen.local_memory.LocalEmitter`)."""
-    em = Emitter(target)
-    kt, kem = target, em
-    if resident_bytes:
-        from npuc.codegen.kernels.fused_chain import with_scratchpad
-        from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+def compile_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> SegmentCode:
+    """Plan and emit every kernel of ``seg`` into one program; ``splits``: per kernel, the top
+    bytes of the scratchpad that hold the memory plan's on-chip tensors while it runs (it plans
+    in the rest and reaches those tensors through
+    :class:`~npuc.codegen.local_memory.LocalEmitter`); ``prefetch``: each
+    kernel's scratchpad beside the previous one's where both fit, so that its first loads (its
+    weights) run during the previous kernel (:mod:`npuc.codegen.prefetch`)."""
+    from npuc.codegen.prefetch import ShiftedEmitter, scratchpad_bases
 
-        size = target.scratchpad.size_bytes
-        kt = with_scratchpad(target, size - resident_bytes)
-        window = (RESIDENT_BASE + size - resident_bytes, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")
-        kem = LocalEmitter(em, kt, [window])
-    plans = []
-    for lk in seg.kernels:
-        plan = plan_kernel(lk, kt)
-        plans.append(plan)
+    from npuc.codegen.kernels.fused_chain import with_scratchpad
+    from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+
+    em = Emitter(target)
+    size = target.scratchpad.size_bytes
+    splits = tuple(splits) or (0,) * len(seg.kernels)
+    targets = [with_scratchpad(target, size - r) if r else target for r in splits]
+    plans = [plan_kernel(lk, t) for lk, t in zip(seg.kernels, targets)]
+    limits = [size - r for r in splits]
+    bases = scratchpad_bases([p.spad_bytes for p in plans], limits) if prefetch else [0] * len(plans)
+    top = max(splits, default=0)
+    window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
+    for lk, plan, base, kt, limit in zip(seg.kernels, plans, bases, targets, limits):
+        kem = LocalEmitter(em, kt, window) if window else em
         try:
             with em.source(lk.name):
-                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, kem)
+                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, ShiftedEmitter(kem, kt, base, limit) if base else kem)
         except CompileError as e:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
@@ -71,7 +76,7 @@ def compile_segment(seg: NpuSegment, target, resident_bytes: int = 0) -> Segment
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
-    spad = max((p.spad_bytes for p in plans), default=0) + resident_bytes
+    spad = max((p.spad_bytes + b for p, b in zip(plans, bases)), default=0) + top
     acc = max((p.acc_bytes for p in plans), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
 

@@ -79,11 +79,20 @@ class MemoryPlanResult:
     activation_peak: int                            # over every memory
     activation_naive: int
     memories: tuple[MemoryUse, ...] = ()            # one per memory of the target, in its order
-    resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors
+    resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors (the most)
     on_chip: Any = None                             # the choice (npuc.codegen.resident_plan.OnChip)
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
+
+    def kernel_splits(self, segment: int) -> tuple[int, ...]:
+        """Per kernel of NPU segment ``segment`` (counted among NPU segments): the top bytes of
+        the scratchpad it leaves to the tensors kept on chip (0 without any)."""
+        segs = [s for s in self.model.segments if isinstance(s, NpuSegment)]
+        if self.on_chip is None or not self.on_chip.kernel_split:
+            return (0,) * len(segs[segment].kernels)
+        start = sum(len(s.kernels) for s in segs[:segment])
+        return tuple(self.on_chip.kernel_split[start:start + len(segs[segment].kernels)])
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_offsets", {p.buffer.name: p.offset for p in self.placed})
@@ -185,9 +194,10 @@ def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
     if acts:
         _refuse(m, f"{len(acts)} activations ({sum(align(b.nbytes) for b in acts):,} bytes) that fit no memory "
                    "beside what the plan already placed", 0, "activations", top, const_size)
-    if kept:
-        start = RESIDENT_BASE + t.scratchpad.size_bytes - on_chip.resident_bytes
-        placed += [Placed(b, start + kept[b.name], *life[b.name], memory="scratchpad") for b in m.buffers if b.name in kept]
+    if kept:  # offsets from the top of the scratchpad
+        spad_end = RESIDENT_BASE + t.scratchpad.size_bytes
+        placed += [Placed(b, spad_end - kept[b.name] - align(b.nbytes), *life[b.name], memory="scratchpad")
+                   for b in m.buffers if b.name in kept]
     arena = max(t.window_of(n).base + used for n, used in top.items() if used) if any(top.values()) else 0
     naive = sum(align(b.nbytes) for b in m.buffers if b.kind == ACTIVATION and b.name in life)
     offs = {p.buffer.name: p.offset for p in placed}
@@ -311,8 +321,11 @@ def _on_chip_lines(p: MemoryPlanResult) -> list[str]:
         return []
     tried = ", ".join(f"{r // 1024} KiB {e / 1e6:.3f} uJ" if r % 1024 == 0 else f"{r:,} B {e / 1e6:.3f} uJ"
                       for r, e in c.considered)
-    lines = [f"  on chip: {p.resident_bytes:,} B of the scratchpad keep {len(c.offsets)} activations across kernels "
-             f"(estimated {c.energy_pj / 1e6:.3f} uJ against {c.baseline_pj / 1e6:.3f} uJ with none; splits {tried})"]
+    lines = [f"  on chip: up to {p.resident_bytes:,} B at the top of the scratchpad keep {len(c.offsets)} activations "
+             f"across kernels (estimated {c.energy_pj / 1e6:.3f} uJ against {c.baseline_pj / 1e6:.3f} uJ with none; "
+             f"largest splits tried {tried})"]
+    if c.kernel_split:
+        lines.append("  on chip: bytes each kernel leaves, in program order: " + " ".join(str(x) for x in c.kernel_split))
     for pl in sorted((x for x in p.placed if x.memory == "scratchpad"), key=lambda x: (x.first, x.offset)):
         lines.append(f"  spad 0x{pl.offset - RESIDENT_BASE:06x} {pl.buffer.nbytes:>10,} B  {pl.buffer.kind:<10} scratchpad "
                      f"{pl.buffer.name}  steps {pl.first}..{pl.last}  saves {c.saved_pj[pl.buffer.name] / 1e6:.3f} uJ")

@@ -33,7 +33,7 @@ over the whole network:
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npuc.codegen.kernel import get_kernel
@@ -68,7 +68,8 @@ class OnChip:
     saved_pj: dict[str, float]
     energy_pj: float
     baseline_pj: float
-    considered: tuple[tuple[int, float], ...]  # (split bytes, estimated energy) of every feasible split
+    considered: tuple[tuple[int, float], ...]  # (split bytes, estimated energy) of every split tried
+    kernel_split: tuple[int, ...] = ()         # per NPU kernel in program order: the bytes it leaves
 
 
 class _Counter:
@@ -186,26 +187,6 @@ def candidates(m: LoweredModel, life: dict[str, tuple[int, int]]) -> list:
     return out
 
 
-def _pack(order: list, life: dict[str, tuple[int, int]], room: int) -> dict[str, int]:
-    """Offsets in ``room`` bytes, taking buffers in the order given, lowest free offset each."""
-    done: list[tuple[int, int, int, int]] = []
-    offsets: dict[str, int] = {}
-    for b in order:
-        first, last = life[b.name]
-        size = align(b.nbytes)
-        busy = sorted((o, e) for o, e, f, l in done if f <= last and first <= l)
-        at = 0
-        for o, e in busy:
-            if at + size <= o:
-                break
-            at = max(at, e)
-        if at + size > room:
-            continue
-        offsets[b.name] = at
-        done.append((at, at + size, first, last))
-    return offsets
-
-
 def _network_energy(m: LoweredModel, traffic: list[Traffic]) -> float:
     t = m.target
     e = 0.0
@@ -252,46 +233,113 @@ def _home_memory(m: LoweredModel, b) -> Any:
     return next((x for x in mems if align(b.nbytes) <= x.size_bytes), mems[-1])
 
 
+def kernel_steps(m: LoweredModel) -> list[int]:
+    """The step (as :func:`~npuc.codegen.memory_plan.lifetimes` counts them) of every NPU
+    kernel, in program order."""
+    out = []
+    step = 0
+    for s in m.segments:
+        if isinstance(s, NpuSegment):
+            out += range(step, step + len(s.kernels))
+            step += len(s.kernels)
+        else:
+            step += 1
+    return out
+
+
+def _traffic_table(m: LoweredModel, kernels: list[Kernel], splits: tuple[int, ...], buffers: dict
+                   ) -> list[list[Traffic | None]]:
+    """table[i][j]: kernel i planned on the scratchpad less split j (None: it cannot be, nor at
+    any larger split); a plan that fits a larger split is kept for it."""
+    size = m.target.scratchpad.size_bytes
+    table = []
+    for k in kernels:
+        row: list[Traffic | None] = []
+        for r in splits:
+            prev = row[-1] if row else None
+            if row and prev is None:
+                row.append(None)
+            elif prev is not None and prev.spad_bytes <= size - r:
+                row.append(prev)
+            else:
+                try:
+                    row.append(kernel_traffic(k, m, size - r, buffers))
+                except CompileError:
+                    if not row:
+                        raise
+                    row.append(None)
+        table.append(row)
+    return table
+
+
+def _pack_under(order: list, life: dict[str, tuple[int, int]], room: int, cap: dict[int, int]) -> dict[str, int]:
+    """Offsets from the top of the scratchpad in ``room`` bytes, taking buffers in the order
+    given, lowest free offset each, a buffer's end never past ``cap[step]`` at any step of its
+    lifetime (what the kernel of that step can give up)."""
+    done: list[tuple[int, int, int, int]] = []
+    offsets: dict[str, int] = {}
+    for b in order:
+        first, last = life[b.name]
+        size = align(b.nbytes)
+        limit = min([room] + [cap[s] for s in range(first, last + 1) if s in cap])
+        busy = sorted((o, e) for o, e, f, l in done if f <= last and first <= l)
+        at = 0
+        for o, e in busy:
+            if at + size <= o:
+                break
+            at = max(at, e)
+        if at + size > limit:
+            continue
+        offsets[b.name] = at
+        done.append((at, at + size, first, last))
+    return offsets
+
+
+def kernel_splits(offsets: dict[str, int], life: dict[str, tuple[int, int]], buffers: dict, steps: list[int],
+                  splits: tuple[int, ...]) -> list[int]:
+    """Per NPU kernel, the scratchpad bytes it leaves to the tensors kept on chip: the smallest
+    split that holds every one live at its step."""
+    out = []
+    for st in steps:
+        top = max((offsets[n] + align(buffers[n].nbytes) for n in offsets if life[n][0] <= st <= life[n][1]), default=0)
+        out.append(next(r for r in splits if r >= top))
+    return out
+
+
 def choose_on_chip(m: LoweredModel) -> OnChip:
     """The split and the tensors kept on chip (module docstring)."""
     life = lifetimes(m)
     buffers = {b.name: b for b in m.buffers}
     cands = candidates(m, life)
     kernels = [lk.kernel for s in m.segments if isinstance(s, NpuSegment) for lk in s.kernels]
-    size = m.target.scratchpad.size_bytes
-    best: OnChip | None = None
-    considered = []
-    baseline = 0.0
-    last: list[Traffic] | None = None
-    for r in split_sizes(m.target):
-        try:
-            traffic = [prev if last and (prev := last[i]).spad_bytes <= size - r else kernel_traffic(k, m, size - r, buffers)
-                       for i, k in enumerate(kernels)]
-        except CompileError:
-            if r == 0:
-                raise
-            break  # a kernel that does not fit S - R fits no larger split either
-        last = traffic
-        energy = _network_energy(m, traffic)
-        offsets: dict[str, int] = {}
-        saved: dict[str, float] = {}
-        if r:
-            s = _savings(m, traffic, cands, buffers)
-            worth = [b for b in cands if s.get(b.name, 0.0) > 0]
-            worth.sort(key=lambda b: (-s[b.name] / (align(b.nbytes) * (life[b.name][1] - life[b.name][0] + 1)), b.name))
-            offsets = _pack(worth, life, r)
-            saved = {n: s[n] for n in offsets}
-            energy -= sum(saved.values())
-        else:
-            baseline = energy
+    steps = kernel_steps(m)
+    splits = split_sizes(m.target)
+    table = _traffic_table(m, kernels, splits, buffers)
+    baseline = _network_energy(m, [row[0] for row in table])
+    best = OnChip(0, {}, {}, baseline, baseline, (), ())
+    considered = [(0, baseline)]
+    for j, r in enumerate(splits):
+        if not r:
+            continue
+        cap = {}
+        for st, row in zip(steps, table):
+            cap[st] = max(splits[i] for i in range(j + 1) if row[i] is not None)
+        at_r = [row[max(i for i in range(j + 1) if row[i] is not None)] for row in table]
+        s = _savings(m, at_r, cands, buffers)
+        worth = [b for b in cands if s.get(b.name, 0.0) > 0]
+        worth.sort(key=lambda b: (-s[b.name] / (align(b.nbytes) * (life[b.name][1] - life[b.name][0] + 1)), b.name))
+        offsets = _pack_under(worth, life, r, cap)
+        if not offsets:
+            continue
+        per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
+        traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
+        saved = _savings(m, traffic, [buffers[n] for n in offsets], buffers)
+        saved = {n: saved.get(n, 0.0) for n in offsets}
+        energy = _network_energy(m, traffic) - sum(saved.values())
         considered.append((r, energy))
-        if offsets or not r:
-            if best is None or energy < best.energy_pj:
-                best = OnChip(r, offsets, saved, energy, baseline, ())
-    assert best is not None
-    if not best.offsets:
-        best = OnChip(0, {}, {}, baseline, baseline, ())
-    return OnChip(best.resident_bytes, best.offsets, best.saved_pj, best.energy_pj, baseline, tuple(considered))
+        if energy < best.energy_pj:
+            best = OnChip(max(per_kernel), offsets, saved, energy, baseline, (), tuple(per_kernel))
+    return replace(best, considered=tuple(considered))
 
 
 __all__ = ["ALIGN", "OnChip", "Traffic", "choose_on_chip", "kernel_traffic", "split_sizes"]
