@@ -83,6 +83,9 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
+    on_chip = _on_chip_meta(plan)
+    if on_chip:
+        meta["npuc.on_chip"] = canonical_json(on_chip)
     meta.update(extra or {})
     return Npub(
         target_name=target.name,
@@ -96,6 +99,15 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
         debug_map=tuple(c.debug for c in codes),
         metadata=Metadata(npuc.__version__, model_name, tuple(sorted(meta.items()))),
     )
+
+
+def _on_chip_meta(plan: MemoryPlanResult) -> list:
+    """[[buffer, scratchpad address, bytes, first step, last step]] of the tensors the memory
+    plan keeps on chip (``npuc inspect`` prints them)."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+
+    return [[p.buffer.name, p.offset - RESIDENT_BASE, p.buffer.nbytes, p.first, p.last]
+            for p in sorted(plan.placed, key=lambda x: (x.first, x.offset, x.buffer.name)) if p.memory == "scratchpad"]
 
 
 def _layer(lk, target) -> list:

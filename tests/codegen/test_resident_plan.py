@@ -122,3 +122,51 @@ def test_plan_prints_where_each_tensor_lives_and_when():
     assert set(lines) == set(on_chip(art))
     for name, addr in on_chip(art).items():
         assert f"spad 0x{addr:06x}" in lines[name] and " steps " in lines[name] and "saves" in lines[name]
+
+
+def test_inspect_shows_the_tensors_kept_on_chip(tmp_path):
+    from click.testing import CliRunner
+
+    from npuc.cli import main
+
+    torch.manual_seed(4)
+    m = Residual().eval()
+    x = torch.randn(1, 3, 40, 36)
+    art = npuc.compile(m, (x,), target="npu-mid", resident=True)
+    path = tmp_path / "r.npub"
+    art.save(path)
+    out = CliRunner().invoke(main, ["inspect", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "kept in the scratchpad across kernels" in out.output
+    for name, addr in on_chip(art).items():
+        assert any(name in ln and f"scratchpad 0x{addr:06x}" in ln for ln in out.output.splitlines())
+    (got,) = npuc.load(path, target="npu-mid").run(x)  # the binary is for the target, not a variant of it
+    assert torch.equal(got, art.run(x)[0])
+
+
+def test_prefetch_bases_keep_consecutive_kernels_apart():
+    from npuc.codegen.prefetch import scratchpad_bases
+
+    sizes, limits = [1000, 3000, 500, 4000, 100, 8100], [8192, 8192, 8192, 6000, 8192, 8192]
+    bases = scratchpad_bases(sizes, limits)
+    assert bases == [0, 1024, 0, 512, 0, 0]  # below the previous kernel, else above it, else (8100 B) from 0
+    spans = [(b, b + -(-n // 64) * 64) for b, n in zip(bases, sizes)]
+    assert all(hi <= lim for (_, hi), lim in zip(spans, limits))
+    assert all(not (a0 < b1 and b0 < a1) for (a0, a1), (b0, b1) in zip(spans[:-1], spans[1:-1]))
+
+
+def test_shifted_emitter_moves_scratchpad_regions_only():
+    from npuc.codegen.emitter import Emitter
+    from npuc.codegen.prefetch import ShiftedEmitter
+
+    t = load_target("npu-mid")
+    em = Emitter(t)
+    sh = ShiftedEmitter(em, t, 4096, t.scratchpad.size_bytes)
+    sh.emit("DMA_LOAD", local="spad", esize=2, dram_addr=0x100, local_addr=0x40, n0=8)
+    sh.emit("DMA_LOAD", local="acc", esize=4, dram_addr=0x200, local_addr=0x40, n0=8)
+    sh.emit("VUN", op="copy", dtype="fp16", n0=8, dst=0x80, src=0x40)
+    prog, _ = em.finish()
+    a, b, c = prog.instrs[:3]
+    assert a.args.local_addr == 0x40 + 4096 and a.args.dram_addr == 0x100
+    assert b.args.local_addr == 0x40  # the accumulator does not move
+    assert c.args.dst == 0x80 + 4096 and c.args.src == 0x40 + 4096
