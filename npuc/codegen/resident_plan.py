@@ -1,33 +1,34 @@
 """Which activations stay in the scratchpad across kernels, and how much of it they take.
 
 The memory plan (``npuc.codegen.memory_plan``) asks :func:`choose_on_chip` before it places the
-activations.  The scratchpad of ``S`` bytes is split once per model: its top ``R`` bytes hold
-tensors kept on chip, the kernels tile in the ``S - R`` below.  The choice is the cost model's,
-over the whole network:
+activations.  A tensor kept on chip takes bytes at the top of the ``S``-byte scratchpad from its
+producer to its last consumer; every kernel plans in what the tensors live at its step leave it
+(its *split*: the smallest candidate that holds them).  The choice is the cost model's, over the
+whole network:
 
-1. **What each kernel moves.**  For every candidate split (no split, then ``R`` = 1/8, 1/4,
-   3/8, 1/2, 5/8, 3/4 of the scratchpad), every kernel of every NPU segment is planned on
-   ``S - R`` bytes by its own implementation and emitted into a counter (:func:`kernel_traffic`):
-   its estimated cycles, and the bytes each of its DMAs moves of each tensor, loads and stores
-   apart.  A kernel whose plan at a smaller split already fits ``S - R`` keeps it (the best
-   tiling of a larger scratchpad that fits a smaller one is the best there too).  From the first
-   split at which some kernel cannot be planned (a fused chain whose buffers no longer fit), no
-   larger split is considered.
+1. **What each kernel moves.**  For every candidate split (none, then 1/8, 1/4, 3/8, 1/2, 5/8,
+   3/4 of the scratchpad in whole bank rows), every kernel of every NPU segment is planned on
+   ``S - split`` bytes by its own implementation and emitted into a counter
+   (:func:`kernel_traffic`): its estimated cycles, and the bytes each of its DMAs moves of each
+   tensor, loads and stores apart.  A kernel whose plan at a smaller split already fits keeps it
+   (the best tiling of a larger scratchpad that fits a smaller one is the best there too); from
+   the first split at which a kernel cannot be planned (a fused chain whose buffers need the
+   scratchpad), it gives up no more.
 2. **What keeping a tensor on chip saves.**  A candidate is an activation written and read only
    by the kernels of one NPU segment (not a model input or output, not a value a CPU segment
    reads), moved only between the DMA and the scratchpad.  Kept on chip, each of its DMA bytes
    becomes a scratchpad copy (``npuc.codegen.local_memory``): a load saves the memory's read
-   energy less a scratchpad read and the copy's lane-ops, a store the memory's write energy less
-   a scratchpad write and the lane-ops; the copies' vector cycles are charged at static power
-   (the DMA cycles they free are not credited: a kernel may be compute-bound).
-3. **Which tensors.**  Per split, candidates are taken by saving per byte-step (their size times
-   their lifetime in steps), each placed at the lowest offset of the ``R`` bytes that overlaps no
-   tensor already taken whose lifetime meets its own; a tensor that fits nowhere is left in its
-   memory.
-4. **Which split.**  The split of least estimated energy over the network: every kernel's DMA
-   bytes at its memories' energy per byte, its cycles at static power, less the savings.  No
-   split (every tensor in its memory) is a candidate too, so the plan never costs more than the
-   estimate without it.
+   energy less a scratchpad read, a store the memory's write energy less a scratchpad write,
+   each less the copy's lane-ops; the copies' vector cycles are charged at static power (the DMA
+   cycles they free are not credited: a kernel may be compute-bound).
+3. **Which tensors.**  For each largest split ``R``, candidates are taken by saving per
+   byte-step (their size times their lifetime in steps), each at the lowest offset from the top
+   that overlaps no tensor already taken whose lifetime meets its own, within ``R`` and within
+   what every kernel of its lifetime can give up; a tensor that fits nowhere stays in its memory.
+4. **Which ``R``.**  The one of least estimated network energy: every kernel's DMA bytes at its
+   memories' energy per byte and its cycles at static power, each at its own split, less the
+   savings.  Keeping nothing is a candidate too, so the plan never costs more than the estimate
+   without it.
 """
 
 from __future__ import annotations
