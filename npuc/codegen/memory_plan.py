@@ -81,6 +81,7 @@ class MemoryPlanResult:
     memories: tuple[MemoryUse, ...] = ()            # one per memory of the target, in its order
     resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors (the most)
     on_chip: Any = None                             # the choice (npuc.codegen.resident_plan.OnChip)
+    staged: Any = None                              # weights staged: constant -> (reader, saving pJ)
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
@@ -135,8 +136,22 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
 
 def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
     """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
-    first let the cost model keep activations in the scratchpad across kernels
-    (``npuc.codegen.resident_plan``)."""
+    first stage the weights that a kernel re-reads from a slow memory in a faster one
+    (``npuc.codegen.weight_staging``, when the staged copies fit) and let the cost model keep
+    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``)."""
+    if resident:
+        from npuc.codegen.weight_staging import stage_weights
+
+        staged_model, staged = stage_weights(m)
+        if staged:
+            try:
+                return replace(_plan(staged_model, True), staged=staged)
+            except CompileError:
+                pass  # the staged copies do not fit beside the activations: plan without them
+    return _plan(m, resident)
+
+
+def _plan(m: LoweredModel, resident: bool) -> MemoryPlanResult:
     from npuc.codegen.local_memory import RESIDENT_BASE
     from npuc.codegen.resident_plan import choose_on_chip
 
@@ -304,6 +319,8 @@ def memory_plan_text(p: MemoryPlanResult) -> str:
     for name, kind, off, size in p.regions:
         lines.append(f"  region {name:<12} {kind:<12} [0x{off:x}, 0x{off + size:x})  {size:,} B")
     lines += _on_chip_lines(p)
+    for c, (reader, saved) in sorted((p.staged or {}).items()):
+        lines.append(f"  staged: {c} copied to a faster memory before {reader} (estimated saving {saved / 1e6:.3f} uJ)")
     for pl in sorted(p.placed, key=lambda x: (x.offset, x.buffer.name)):
         if pl.memory == "scratchpad":
             continue

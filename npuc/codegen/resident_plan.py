@@ -10,7 +10,7 @@ whole network:
    3/4 of the scratchpad in whole bank rows), every kernel of every NPU segment is planned on
    ``S - split`` bytes by its own implementation and emitted into a counter
    (:func:`kernel_traffic`): its estimated cycles, and the bytes each of its DMAs moves of each
-   tensor, loads and stores apart.  A kernel whose plan at a smaller split already fits keeps it
+   tensor (whole bursts of its memory, as the memory charges them), loads and stores apart.  A kernel whose plan at a smaller split already fits keeps it
    (the best tiling of a larger scratchpad that fits a smaller one is the best there too); from
    the first split at which a kernel cannot be planned (a fused chain whose buffers need the
    scratchpad), it gives up no more.
@@ -40,6 +40,8 @@ from typing import Any
 from npuc.codegen.kernel import get_kernel
 from npuc.codegen.memory_plan import ALIGN, align, lifetimes, relocate_kernel
 from npuc.errors import CompileError
+from npuc.isa.enums import Mem
+from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import Kernel
 from npuc.kir.program import ACTIVATION, CONSTANT, LoweredModel, NpuSegment
 
@@ -76,9 +78,10 @@ class OnChip:
 class _Counter:
     """An emitter that only counts: the DMAs' bytes per tensor (ranges of the synthetic placement)."""
 
-    def __init__(self, target: Any, ranges: list[tuple[int, int, str]]) -> None:
+    def __init__(self, target: Any, ranges: list[tuple[int, int, str]], bursts: dict[str, int]) -> None:
         self.target = target
         self.ranges = ranges
+        self.bursts = bursts
         self.starts = [r[0] for r in ranges]
         self.n = 0
         self.loads: dict[str, int] = {}
@@ -100,12 +103,14 @@ class _Counter:
             from npuc.codegen.local_memory import dma_bytes
 
             mv = dma_bytes(op, fields)
-            addr, nbytes = mv.addr, mv.nbytes
-            i = bisect.bisect_right(self.starts, addr) - 1
-            name = self.ranges[i][2] if i >= 0 and addr < self.ranges[i][1] else "?"
+            i = bisect.bisect_right(self.starts, mv.addr) - 1
+            name = self.ranges[i][2] if i >= 0 and mv.addr < self.ranges[i][1] else "?"
+            d = get_def(op)
+            dram = next(r for r in d.regions(build_args(d, fields)) if r.mem is Mem.dram)
+            nbytes = dram.burst_bytes(self.bursts.get(name, 1))  # what the memory moves: whole bursts
             table = self.loads if op == "DMA_LOAD" else self.stores
             table[name] = table.get(name, 0) + nbytes
-            self.elements[name] = self.elements.get(name, 0) + nbytes // mv.esize
+            self.elements[name] = self.elements.get(name, 0) + mv.nbytes // mv.esize
             if not mv.on_spad:
                 self.not_local.add(name)
         return self.n - 1
@@ -157,7 +162,7 @@ def kernel_traffic(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict) -
     placed = relocate_kernel(k, offs)
     plan = impl.plan(placed, t)
     ranges = sorted((offs[n], offs[n] + buffers[n].nbytes, n) for n in offs)
-    c = _Counter(t, ranges)
+    c = _Counter(t, ranges, {n: m.target.memory(mem).burst_bytes for n, mem in mem_of.items()})
     impl.emit(placed, plan, c)
     per_mem: dict[str, list[int]] = {}
     for table, side in ((c.loads, 0), (c.stores, 1)):

@@ -187,3 +187,39 @@ def test_zoo_mobilenet_v3_small_int8_resident_is_bit_exact(fuse):
     assert all(torch.equal(a, b) for a, b in zip(outs, want))
     beaten = [la.name for la in prof.layers if la.span_cycles < la.lower_bound_cycles]
     assert not beaten, f"layers beat their lower bound: {beaten[:5]}"
+
+
+class TwoConvs(torch.nn.Module):
+    """A 3x3 conv whose 36 KiB of int8 weights do not fit u55-like-256's 32 KiB scratchpad beside
+    its tiles: read from flash once per input band unless staged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(16, 64, 3, padding=1)
+        self.b = torch.nn.Conv2d(64, 64, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_flash_weights_read_again_are_staged_in_sram_on_u55():
+    torch.manual_seed(5)
+    m = TwoConvs().eval()
+    shape = (1, 16, 20, 20)
+    x = torch.randn(shape)
+    g = run_graph_passes(import_quantized(m, (x,), [(torch.randn(shape),) for _ in range(2)], name="convs"))
+    (want,) = interpret(g, x)
+    on = compile_graph(g, "u55-like-256", quantize="int8", resident=True)
+    off = compile_graph(g, "u55-like-256", quantize="int8")
+    staged = on.compiled.plan.staged
+    assert staged and all(reader == "b" for reader, _ in staged.values())
+    assert any(lk.kernel.kind == "copy" and lk.name == "b.weights" for c in on.compiled.codes for lk in c.segment.kernels)
+    assert "staged:" in memory_plan_text(on.compiled.plan)
+    (got,) = on.run(x)
+    assert torch.equal(got, want)
+    flash = {}
+    for art in (on, off):
+        f = {r["memory"]: r for r in art.profile(x).memory_figures()}
+        flash[art is on] = f["flash"]["read_bytes"]
+    weights = sum(b.nbytes for b in off.compiled.plan.model.buffers if b.kind == "constant")
+    assert flash[True] < flash[False] and flash[True] <= 1.1 * weights
