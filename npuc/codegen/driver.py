@@ -49,10 +49,9 @@ def compile_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefe
     :class:`~npuc.codegen.local_memory.LocalEmitter`); ``prefetch``: each
     kernel's scratchpad beside the previous one's where both fit, so that its first loads (its
     weights) run during the previous kernel (:mod:`npuc.codegen.prefetch`)."""
-    from npuc.codegen.prefetch import ShiftedEmitter, scratchpad_bases
-
     from npuc.codegen.kernels.fused_chain import with_scratchpad
     from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+    from npuc.codegen.prefetch import ShiftedEmitter, scratchpad_bases
 
     em = Emitter(target)
     size = target.scratchpad.size_bytes
@@ -76,7 +75,7 @@ def compile_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefe
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
-    spad = max((p.spad_bytes + b for p, b in zip(plans, bases)), default=0) + top
+    spad = max((p.spad_bytes + b + r for p, b, r in zip(plans, bases, splits)), default=0)
     acc = max((p.acc_bytes for p in plans), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
 
