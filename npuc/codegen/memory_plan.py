@@ -14,9 +14,7 @@ system address map; a buffer's address says which memory holds it.  Within a mem
 * activations share memory by liveness: each buffer lives from the first step that writes it to
   the last step that reads it (a step is one kernel, or one whole CPU segment).  They are placed
   in the fastest memory that holds ``activations`` first (an on-chip SRAM before DRAM): greedily,
-  largest first (with ``resident=True`` and several such memories, the buffers the kernels move
-  the most bytes of per byte and step first), at the lowest offset that overlaps no placed buffer
-  whose lifetime meets its own;
+  largest first, at the lowest offset that overlaps no placed buffer whose lifetime meets its own;
   a buffer that would end past that memory's room spills to the next memory, placed there the
   same way.  The plan reports, per memory, the peak and the bytes of each part, and the naive sum
   of the activations (no reuse).
@@ -196,8 +194,7 @@ def _plan(m: LoweredModel, resident: bool) -> MemoryPlanResult:
         if not acts and i:
             break
         room = mem.size_bytes - top[mem.name]
-        busiest = on_chip.moved if on_chip is not None and len(t.memories_holding("activations")) > 1 else None
-        offsets, peak, acts = greedy_by_size(acts, life, room, busiest)
+        offsets, peak, acts = greedy_by_size(acts, life, room)
         w = t.window_of(mem.name)
         start = w.base + top[mem.name]
         for b in m.buffers:
@@ -268,18 +265,12 @@ def _refuse(m: LoweredModel, what: str, nbytes: int, holds: str, top: dict[str, 
     )
 
 
-def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]], room: int | None = None,
-                   moved: dict[str, int] | None = None) -> tuple[dict[str, int], int, list[Buffer]]:
+def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]], room: int | None = None
+                   ) -> tuple[dict[str, int], int, list[Buffer]]:
     """Offsets (from 0) for buffers with lifetimes: largest first, lowest non-conflicting offset.
     A buffer that would end past ``room`` bytes is left out; returns (offsets, peak, left out, in
-    the order given).  ``moved`` (bytes the DMA moves of each buffer, counted by the network-level
-    plan): the buffers that move the most bytes per byte and step of lifetime first instead, so
-    that a memory too small for all keeps the busiest ones."""
-    if moved is not None:
-        order = sorted(bufs, key=lambda b: (-moved.get(b.name, 0) / (align(b.nbytes) * (life[b.name][1] - life[b.name][0] + 1)),
-                                            -align(b.nbytes), b.name))
-    else:
-        order = sorted(bufs, key=lambda b: (-align(b.nbytes), life[b.name][0], b.name))
+    the order given)."""
+    order = sorted(bufs, key=lambda b: (-align(b.nbytes), life[b.name][0], b.name))
     done: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[str, int] = {}
     peak = 0

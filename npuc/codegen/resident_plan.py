@@ -73,7 +73,6 @@ class OnChip:
     baseline_pj: float
     considered: tuple[tuple[int, float], ...]  # (split bytes, estimated energy) of every split tried
     kernel_split: tuple[int, ...] = ()         # per NPU kernel in program order: the bytes it leaves
-    moved: dict[str, int] = field(default_factory=dict)  # buffer -> DMA bytes of it, every kernel at split 0
 
 
 class _Counter:
@@ -346,12 +345,7 @@ def choose_on_chip(m: LoweredModel) -> OnChip:
         considered.append((r, energy))
         if energy < best.energy_pj:
             best = OnChip(max(per_kernel), offsets, saved, energy, baseline, (), tuple(per_kernel))
-    moved: dict[str, int] = {}
-    for row in table:
-        for tab in (row[0].loads, row[0].stores):
-            for n, v in tab.items():
-                moved[n] = moved.get(n, 0) + v
-    return replace(best, considered=tuple(considered), moved=moved)
+    return replace(best, considered=tuple(considered))
 
 
 __all__ = ["ALIGN", "OnChip", "Traffic", "choose_on_chip", "kernel_traffic", "split_sizes"]
