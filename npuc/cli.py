@@ -175,15 +175,6 @@ def ops_cmd(write, onnx_ops, as_json):
         console.print(f"wrote {write}")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    import os
-
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _onnx_ops(write) -> None:
     from npuc.frontend.onnx_import import require_onnx
 
@@ -201,7 +192,7 @@ def _onnx_ops(write) -> None:
     if write is not None:
         from npuc.conformance.onnx_doc import onnx_ops_markdown
 
-        _write_atomic(write, onnx_ops_markdown().encode())
+        write_atomic(write, onnx_ops_markdown(), "the ONNX operators table")
         console.print(f"wrote {write}")
 
 
@@ -220,6 +211,7 @@ def export_mlir_cmd(model, output, dialect, input_shape):
     from npuc.pipeline import run_graph_passes
     from npuc.zoo import load_model
 
+    check_output_path(output, "the MLIR text")
     module, inputs = load_model(model, _shapes(input_shape))
     with console.status(f"importing {model}"):
         g = run_graph_passes(import_graph(module, inputs, name=model))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npuc.errors import SimulationError
 from npuc.isa.actions import memory_actions
 from npuc.isa.defs.common import mem_of
 from npuc.isa.enums import Mem, Queue, Space, Unit
@@ -151,5 +152,69 @@ register(
         "address twice.",
         timing_doc=_TIMING_DOC,
         energy_doc=_ENERGY_DOC,
+    )
+)
+
+
+# ------------------------------------------------------------------------------------ DMA_GATHER
+def _gather_regions(a):
+    return (
+        Region(Mem.spad, a.idx, (a.n1,), (a.idx_s,), np.dtype("<i4"), "r", "idx"),
+        Region(Mem.dram, a.dram_addr, (a.table_rows, a.n0), (a.dram_s1, a.dram_s0), _RAW[a.esize], "r", "table"),
+        Region(Mem.spad, a.local_addr, (a.n1, a.n0), (a.local_s1, a.esize), _RAW[a.esize], "w", "local"),
+    )
+
+
+def _gathered(a) -> Region:
+    """What the transfer moves: n1 rows of n0 elements, each row its own run (its address is
+    computed), counted as if at row 0 (a row's bursts do not depend on which row it is)."""
+    return Region(Mem.dram, a.dram_addr, (a.n1, a.n0), (0, a.dram_s0), _RAW[a.esize], "r", "rows")
+
+
+def _gather_exec(st, a, regions) -> None:
+    idx_r, table_r, dst = regions
+    idx = st.read(idx_r).astype(np.int64)
+    bad = np.flatnonzero((idx < 0) | (idx >= a.table_rows))
+    if bad.size:
+        i = int(bad[0])
+        raise SimulationError(f"DMA_GATHER row index {int(idx[i])} (index {i}) is outside the table's "
+                              f"{a.table_rows} rows (a gather index out of range)")
+    st.write(dst, st.read(table_r)[idx])
+
+
+register(
+    InstrDef(
+        name="DMA_GATHER",
+        opcode=0x12,
+        queue=Queue.load,
+        unit=Unit.dma,
+        summary="Copy rows of a table in DRAM, picked by int32 row indices in the scratchpad, into the scratchpad.",
+        fields=(
+            esize("esize", "element size in bytes (1, 2 or 4)"),
+            addr("dram_addr", DRAM_ADDR_BITS, "DRAM byte address of element 0 of table row 0"),
+            addr("local_addr", LOCAL_ADDR_BITS, "scratchpad byte address of the first gathered row"),
+            count("n0", "elements per row"),
+            count("n1", "rows gathered (one per index)"),
+            addr("idx", LOCAL_ADDR_BITS, "scratchpad byte address of the n1 int32 row indices"),
+            uint("idx_s", 16, "byte stride between row indices", default=Derived("4")),
+            uint("table_rows", 24, "rows of the table (an index must be below it)"),
+            uint("dram_s0", 20, "DRAM byte stride between elements of a row", default=Derived("esize")),
+            uint("dram_s1", 32, "DRAM byte stride between table rows", default=Derived("n0 * dram_s0")),
+            uint("local_s1", 24, "scratchpad byte stride between gathered rows", default=Derived("n0 * esize")),
+        ),
+        regions=_gather_regions,
+        execute=_gather_exec,
+        timing=lambda a, target, regions: transfer_cycles(_gathered(a), target),
+        actions=lambda a, target, regions: memory_actions((regions[0], _gathered(a), regions[2]), target),
+        semantics_doc="For i1 < n1, i0 < n0: the `esize` bytes at DRAM `dram_addr + idx[i1]*dram_s1 + "
+        "i0*dram_s0` are copied to the scratchpad at `local_addr + i1*local_s1 + i0*esize`, where "
+        "idx[i1] is the int32 at scratchpad `idx + i1*idx_s` (an embedding lookup, a gather of rows "
+        "too large for the scratchpad). An index outside [0, table_rows) stops the simulator with an "
+        "error (a gather sends an index out of its dim's range to row table_rows). For ordering, the "
+        "whole table counts as read.",
+        timing_doc="As DMA_LOAD, for n1 runs of one row each (n0 elements at `dram_s0`): every row is "
+        "rounded up to whole bursts of the memory the table is in, whichever row it is. " + _TIMING_DOC,
+        energy_doc="DRAM-side bytes: the burst-rounded bytes of the n1 rows (not the whole table); "
+        "scratchpad bytes: the indices read (4 x n1) and n0 x n1 x esize written.",
     )
 )
