@@ -351,11 +351,14 @@ def _stage_progress(status):
 @click.option("--fuse-layers", is_flag=True,
               help="Run chains of layers depth-first in stripes with their intermediates on chip (the cascade "
                    "stage): fewer off-chip bytes and less energy, today more cycles.")
+@click.option("--resident", is_flag=True,
+              help="Let the memory plan keep activations in the scratchpad across kernels where the cost model "
+                   "finds it saves energy (the kernels tile in the rest of it).")
 @input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,
                 observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json, host_code,
-                fuse_layers, input_shape):
+                fuse_layers, resident, input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
 
@@ -367,7 +370,7 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
         art = npuc.compile(module, inputs, target=target, quantize=options, calibration=samples, name=model,
                            on_stage=None if status is None else _stage_progress(status), print_after=print_after,
                            print_after_all=print_after_all, dump_dir=dump_dir, host_code=host_code,
-                           fuse_layers=fuse_layers)
+                           fuse_layers=fuse_layers, resident=resident)
         art.save(output)
     report = art.report
     if as_json:

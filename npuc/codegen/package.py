@@ -85,6 +85,9 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
+    on_chip = _on_chip_meta(plan)
+    if on_chip:
+        meta["npuc.on_chip"] = canonical_json(on_chip)
     meta.update(extra or {})
     return Npub(
         target_name=target.name,
@@ -101,6 +104,15 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     )
 
 
+def _on_chip_meta(plan: MemoryPlanResult) -> list:
+    """[[buffer, scratchpad address, bytes, first step, last step]] of the tensors the memory
+    plan keeps on chip (``npuc inspect`` prints them)."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+
+    return [[p.buffer.name, p.offset - RESIDENT_BASE, p.buffer.nbytes, p.first, p.last]
+            for p in sorted(plan.placed, key=lambda x: (x.first, x.offset, x.buffer.name)) if p.memory == "scratchpad"]
+
+
 def _layer(lk, target, compression: WeightStreams | None = None) -> list:
     k = lk.kernel
     per = _compulsory_per_memory(lk, target, compression)
@@ -115,9 +127,14 @@ def _stored(addr: int, n: int, compression: WeightStreams | None) -> int:
 
 
 def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None) -> list:
-    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in."""
+    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in
+    (a tensor the memory plan keeps in the scratchpad is in none and moves no DMA bytes)."""
+    from npuc.codegen.local_memory import is_resident_address
+
     per: dict[str, int] = {}
     for (_, addr, _, _), n in lk.compulsory().items():
+        if is_resident_address(addr):
+            continue
         n = _stored(addr, n, compression)
         w = target.window_at(addr)
         name = w.memory.name if w is not None else target.activation_memory.name

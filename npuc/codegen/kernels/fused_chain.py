@@ -10,11 +10,11 @@ buffer per intermediate tensor holding the rows of the current stripe, and the r
 constants.
 
 The members' implementations address DRAM as always; the one hook is the emitter they are given
-(:class:`_LocalEmitter`): a DMA whose DRAM side lies in an intermediate (placed at a virtual
-address above any DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy
-of the same elements, so an intermediate's bytes never travel to DRAM.  Every other instruction
-passes through to the real emitter, which orders the accesses (dependency tokens) as for any
-kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
+(:class:`npuc.codegen.local_memory.LocalEmitter`, shared with the memory plan's on-chip
+tensors): a DMA whose DRAM side lies in an intermediate (placed at a virtual address above any
+DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy of the same
+elements, so an intermediate's bytes never travel to DRAM.  Every other instruction passes
+through to the real emitter, which orders the accesses (dependency tokens) as for any kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
 constants), so a chain is bit-exact against the integer reference.
 """
 
@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from npuc.codegen.epilogue import dma_nd, vector_nd
+from npuc.codegen.epilogue import dma_nd
 from npuc.codegen.kernel import get_kernel, register_kernel
+from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
 from npuc.codegen.memory_plan import relocate_kernel
 from npuc.errors import CompileError
-from npuc.isa.enums import DType, Space
-from npuc.isa.instr import build_args, get_def
 from npuc.isa.widths import DRAM_ADDR_BITS
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.plan import Plan
@@ -44,9 +43,6 @@ from npuc.schedule.cascade_cost import (
     row_bytes,
     staged_inputs,
 )
-
-_COPY_DTYPE = {1: DType.int8, 2: DType.fp16, 4: DType.int32}
-
 
 def with_scratchpad(target: Any, nbytes: int) -> Any:
     """``target`` with a scratchpad of ``nbytes`` (the part of it the members plan in)."""
@@ -124,44 +120,6 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
     return Plan(summary, target.scratchpad.size_bytes, acc, est.cycles, ChainPlan(stripes, layout, sub, tuple(bands)))
 
 
-class _LocalEmitter:
-    """The emitter the members see: their scratchpad is the lower part; DMAs over an
-    intermediate's rows or a resident constant become scratchpad copies (module docstring)."""
-
-    def __init__(self, em: Any, target: Any, virtual: int) -> None:
-        self.em, self.target, self.virtual = em, target, virtual
-        self.windows: list[tuple[int, int, int, str]] = []  # DRAM [lo, hi) -> spad address - lo, what
-
-    def source(self, label: str):
-        return self.em.source(label)
-
-    def __len__(self) -> int:
-        return len(self.em)
-
-    def emit(self, op: str, /, **fields: Any) -> int:
-        if op not in ("DMA_LOAD", "DMA_STORE"):
-            return self.em.emit(op, **fields)
-        addr = fields["dram_addr"]
-        if addr < self.virtual and not any(lo <= addr < hi for lo, hi, _, _ in self.windows):
-            return self.em.emit(op, **fields)
-        a = build_args(get_def(op), {**fields, "dram_addr": 0})
-        es = a.esize
-        shape = (a.n2, a.n1, a.n0)
-        dram_st = (a.dram_s2, a.dram_s1, a.dram_s0)
-        end = addr + sum((n - 1) * s for n, s in zip(shape, dram_st)) + es
-        spad = next((addr + d for lo, hi, d, _ in self.windows if lo <= addr and end <= hi), None)
-        if spad is None:
-            raise CompileError(f"internal error: a fused chain member moves DRAM [0x{addr:x}, 0x{end:x}) outside "
-                               "the rows its chain holds")
-        if a.local is not Space.spad:
-            raise CompileError("internal error: a fused chain member moves an intermediate to the accumulator")
-        local = (a.local_addr, (a.local_s2, a.local_s1, es))
-        other = (spad, dram_st)
-        src, dst = (other, local) if op == "DMA_LOAD" else (local, other)
-        vector_nd(self.em, "VUN", shape, {"dst": dst, "src": src}, op="copy", dtype=_COPY_DTYPE[es].name)
-        return len(self.em) - 1
-
-
 class FusedChain:
     """The ``fused_chain`` kernel (docs/kernels.md, "Fused chains")."""
 
@@ -184,7 +142,7 @@ class FusedChain:
         a: ChainAttrs = k.attrs
         members = placed_members(k, em.target)
         virtual = virtual_bases(k, em.target)
-        local = _LocalEmitter(em, p.member_target, min(virtual.values()))
+        local = LocalEmitter(em, p.member_target, strict=(min(virtual.values()), RESIDENT_BASE))
         if a.resident_weights:
             bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
             for name, spad, nbytes in p.layout.resident:
