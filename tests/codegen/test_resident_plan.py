@@ -222,4 +222,6 @@ def test_flash_weights_read_again_are_staged_in_sram_on_u55():
         f = {r["memory"]: r for r in art.profile(x).memory_figures()}
         flash[art is on] = f["flash"]["read_bytes"]
     weights = sum(b.nbytes for b in off.compiled.plan.model.buffers if b.kind == "constant")
-    assert flash[True] < flash[False] and flash[True] <= 1.1 * weights
+    # the plain compile now keeps these weights whole in the scratchpad (read once); the on-chip
+    # plan, which shrinks the scratchpad, must not read them more often than that
+    assert flash[True] <= flash[False] and flash[True] <= 1.1 * weights
