@@ -30,22 +30,24 @@ from npuc.schedule.cascade_cost import (
     chain_stripes,
     estimate,
     externals,
+    program_estimate,
     spatial_inputs,
     unfused_estimate,
 )
 
 MAX_MEMBERS = 8  # longest chain considered (the buffers of longer ones rarely fit)
-TRIES = 3  # chain configurations planned before giving a run up
+HEIGHTS = 2  # stripe heights priced per way of holding the constants: the tallest that fit
 _ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224)
 
 
-def cascade(m: LoweredModel) -> LoweredModel:
-    """``m`` with the chains the cost model chooses fused into ``fused_chain`` kernels."""
+def cascade(m: LoweredModel, cycles_not_worse: bool = False) -> LoweredModel:
+    """``m`` with the chains the cost model chooses fused into ``fused_chain`` kernels; with
+    ``cycles_not_worse`` only chains whose estimate is not slower than their members'."""
     readers = _readers(m)
     protected = {h.buffer for h in m.homes}
     sizes = {b.name: b for b in m.buffers}
     segments = tuple(
-        replace(s, kernels=_fuse_segment(s.kernels, m.target, readers, protected, sizes))
+        replace(s, kernels=_fuse_segment(s.kernels, m.target, readers, protected, sizes, cycles_not_worse))
         if isinstance(s, NpuSegment) else s
         for s in m.segments
     )
@@ -138,18 +140,30 @@ def row_choices(rows: int) -> tuple[int, ...]:
     return tuple(sorted({r for r in _ROWS if r < rows} | {rows}))
 
 
-def configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
-    """Every feasible (stripe rows, constants resident or not) of a chain with its estimate, best first."""
+def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
+    """Every feasible (stripe rows, constants resident or not) of a chain with its roofline
+    estimate, least energy first: the screen the dynamic program runs on."""
     out = []
     for rows in row_choices(ks[-1].output.shape[2]):
-        stripes = None
+        stripes = chain_stripes(ks, inter, rows)
         for resident in (True, False):
             attrs = ChainAttrs(rows, resident, inter, ks)
-            stripes = stripes or chain_stripes(ks, inter, rows)
             if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
                 continue
             out.append((estimate(target, attrs, stripes), attrs))
     out.sort(key=lambda ea: (ea[0].energy_pj, ea[0].cycles, -ea[1].stripe_rows, not ea[1].resident_weights))
+    return out
+
+
+def shortlist(roofline: list[tuple[Estimate, ChainAttrs]]) -> list[ChainAttrs]:
+    """The configurations priced in full: the roofline's best, and for each way of holding the
+    constants the tallest stripes that fit and the next shorter ones (taller stripes recompute
+    fewer halo rows and reload weights less often, shorter ones leave the members more
+    scratchpad)."""
+    out = [roofline[0][1]] if roofline else []
+    for resident in (True, False):
+        fits = sorted((a for _, a in roofline if a.resident_weights == resident), key=lambda a: -a.stripe_rows)
+        out += [a for a in fits[:HEIGHTS] if a not in out]
     return out
 
 
@@ -161,21 +175,51 @@ def fused_kernel(attrs: ChainAttrs) -> Kernel:
                   attrs, (), ms[0].dtype, sources)
 
 
-def _plannable(k: Kernel, target) -> bool:
+def fused_estimate(k: Kernel, target) -> Estimate | None:
+    """The estimate of a fused chain read off its tile program (None when it cannot be planned)."""
     from npuc.codegen.kernels.fused_chain import plan_chain
 
     try:
-        plan_chain(k, target)
+        plan = plan_chain(k, target)
     except CompileError:
-        return False
-    return True
+        return None
+    return program_estimate(plan.details.program.steps, target)
 
 
-def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes) -> tuple[LKernel, ...]:
+def unfused_cost(k: Kernel, target) -> Estimate:
+    """A kernel run on its own: its recorded emission priced the same way."""
+    from npuc.codegen.kernels.fused_chain import kernel_steps
+
+    return program_estimate(kernel_steps(k, target), target)
+
+
+def best_chain(target, configs: list[ChainAttrs], alone: Estimate, cycles_not_worse: bool) -> tuple[Estimate, Kernel] | None:
+    """The configuration of least estimated energy among ``configs`` that beats ``alone`` (the
+    members one by one) in energy, and when ``cycles_not_worse`` without costing more cycles;
+    None when none does."""
+    best = None
+    for attrs in configs:
+        k = fused_kernel(attrs)
+        est = fused_estimate(k, target)
+        if est is None or est.energy_pj >= alone.energy_pj or (cycles_not_worse and est.cycles > alone.cycles):
+            continue
+        if best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles):
+            best = (est, k)
+    return best
+
+
+def _sum(es) -> Estimate:
+    es = list(es)
+    return Estimate(sum(e.cycles for e in es), sum(e.dram_bytes for e in es), sum(e.copy_bytes for e in es),
+                    sum(e.macs for e in es), sum(e.energy_pj for e in es))
+
+
+def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, cycles_not_worse: bool) -> tuple[LKernel, ...]:
+    """The dynamic program over the segment on the roofline screen, then each chosen chain priced
+    in full (module docstring)."""
     n = len(lks)
     single = [unfused_estimate(target, (lk.kernel,)).energy_pj if fusable(lk.kernel) else 0.0 for lk in lks]
     best: list[tuple[float, list]] = [(0.0, [])] + [(float("inf"), [])] * n
-    options: dict[tuple[int, int], list] = {}
     for j in range(1, n + 1):
         e, plan = best[j - 1]
         best[j] = (e + single[j - 1], plan + [(j - 1, j, None)])
@@ -184,26 +228,21 @@ def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes) -
             inter = _chain(ks, readers, protected, sizes)
             if inter is None:
                 continue
-            confs = configurations(target, ks, inter)
+            confs = roofline_configurations(target, ks, inter)
             if not confs or confs[0][0].energy_pj >= sum(single[i:j]):
                 continue
-            options[(i, j)] = confs
             cost = best[i][0] + confs[0][0].energy_pj
             if cost < best[j][0]:
                 best[j] = (cost, best[i][1] + [(i, j, confs)])
     out: list[LKernel] = []
     for i, j, confs in best[n][1]:
         chosen = None
-        for est, attrs in (confs or [])[:TRIES]:
-            if est.energy_pj >= sum(single[i:j]):
-                break
-            k = fused_kernel(attrs)
-            if _plannable(k, target):
-                chosen = k
-                break
+        if confs is not None:
+            alone = _sum(unfused_cost(lk.kernel, target) for lk in lks[i:j])
+            chosen = best_chain(target, shortlist(confs), alone, cycles_not_worse)
         if chosen is None:
             out.extend(lks[i:j])
             continue
         group = lks[i:j]
-        out.append(LKernel(chosen, tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
+        out.append(LKernel(chosen[1], tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
     return tuple(out)
