@@ -6,13 +6,20 @@ write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_co
 a basic block) whose intermediate tensors are read only inside the run can instead run in
 stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
 
-The choice is the cost model's (``npuc.schedule.cascade_cost``): for every candidate run, every
-stripe height and both ways of holding the constants (resident for the whole chain, or reloaded
-per stripe) it estimates cycles, DRAM bytes and energy; a dynamic program over the segment picks
-the cut points that minimise the estimated energy of the segment (static energy makes cycles
-count too), a run fused only where it beats its kernels run one by one.  Each chosen chain is
-planned once here (its members on the scratchpad left to them), so a chain that cannot be
-planned falls back to its next-best stripe height, and then to no fusion.
+The choice is the cost model's, in two steps.  A roofline screen (``npuc.schedule.cascade_cost``,
+:func:`~npuc.schedule.cascade_cost.estimate`: MACs at peak, bytes at the DRAM port, vector
+lane-ops) prices every candidate run at every stripe height and both ways of holding the
+constants (resident for the whole chain, or reloaded per stripe), and a dynamic program over the
+segment picks the cut points of least screened energy.  Each chain it picks is then priced in
+full: a few configurations (:func:`shortlist`) are planned and their tile programs (every step
+the chain would issue) walked for cycles and summed for energy
+(:func:`~npuc.schedule.cascade_cost.program_estimate`, checked against the simulator by
+tests/schedule/test_chain_cost.py), and the members run one by one are priced the same way from
+their own recorded steps.  The objective is energy: a chain is kept in its configuration of
+least energy that spends less energy than its members, and with ``cycles_not_worse`` only one
+that takes no more cycles than them as well; a chain that does not win is taken out of the
+dynamic program, which runs again (so its shorter sub-chains get their chance), until every
+chain it picks wins.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from dataclasses import replace
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 from npuc.kir.kernel import ChainAttrs, Kernel
-from npuc.kir.program import ACTIVATION, LKernel, LoweredModel, NpuSegment
+from npuc.codegen.memory_plan import relocate_kernel
+from npuc.kir.program import ACTIVATION, CONSTANT, LKernel, LoweredModel, NpuSegment
 from npuc.schedule.cascade_cost import (
     ROW_KINDS,
     Estimate,
@@ -36,7 +44,8 @@ from npuc.schedule.cascade_cost import (
 )
 
 MAX_MEMBERS = 8  # longest chain considered (the buffers of longer ones rarely fit)
-HEIGHTS = 2  # stripe heights priced per way of holding the constants: the tallest that fit
+HEIGHTS = 1  # stripe heights priced in full per way of holding the constants
+TRIES = 3  # configurations tried per way of holding the constants before giving it up
 _ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224)
 
 
@@ -155,16 +164,13 @@ def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ..
     return out
 
 
-def shortlist(roofline: list[tuple[Estimate, ChainAttrs]]) -> list[ChainAttrs]:
-    """The configurations priced in full: the roofline's best, and for each way of holding the
-    constants the tallest stripes that fit and the next shorter ones (taller stripes recompute
-    fewer halo rows and reload weights less often, shorter ones leave the members more
-    scratchpad)."""
-    out = [roofline[0][1]] if roofline else []
-    for resident in (True, False):
-        fits = sorted((a for _, a in roofline if a.resident_weights == resident), key=lambda a: -a.stripe_rows)
-        out += [a for a in fits[:HEIGHTS] if a not in out]
-    return out
+def shortlist(roofline: list[tuple[Estimate, ChainAttrs]], resident: bool) -> list[ChainAttrs]:
+    """The configurations holding the constants as ``resident`` says, tallest stripes first
+    (taller stripes recompute fewer halo rows and reload weights less often; shorter ones leave
+    the members more scratchpad), the roofline's best of them first of all."""
+    fits = sorted((a for _, a in roofline if a.resident_weights == resident), key=lambda a: -a.stripe_rows)
+    first = [a for _, a in roofline if a.resident_weights == resident][:1]
+    return first + [a for a in fits if a not in first]
 
 
 def fused_kernel(attrs: ChainAttrs) -> Kernel:
@@ -183,7 +189,7 @@ def fused_estimate(k: Kernel, target) -> Estimate | None:
         plan = plan_chain(k, target)
     except CompileError:
         return None
-    return program_estimate(plan.details.program.steps, target)
+    return program_estimate(plan.details.program.steps, target, plan.est_cycles)
 
 
 def unfused_cost(k: Kernel, target) -> Estimate:
@@ -193,18 +199,47 @@ def unfused_cost(k: Kernel, target) -> Estimate:
     return program_estimate(kernel_steps(k, target), target)
 
 
-def best_chain(target, configs: list[ChainAttrs], alone: Estimate, cycles_not_worse: bool) -> tuple[Estimate, Kernel] | None:
-    """The configuration of least estimated energy among ``configs`` that beats ``alone`` (the
-    members one by one) in energy, and when ``cycles_not_worse`` without costing more cycles;
-    None when none does."""
+def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:
+    """Where a run's tensors sit while it is priced: each buffer at its own address (before the
+    memory plan every buffer's views start at 0), constants in the memory that holds weights and
+    the rest in the memory that holds activations, so that the priced transfers reach the
+    memories the plan will put them in and no two tensors share an address."""
+    tops = {CONSTANT: target.window_of(target.weight_memory.name).base,
+            ACTIVATION: target.window_of(target.activation_memory.name).base}
+    if tops[CONSTANT] == tops[ACTIVATION]:
+        tops[CONSTANT] += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
+    offs: dict[str, int] = {}
+    for k in ks:
+        for t in k.tensors():
+            if t.name in offs:
+                continue
+            b = sizes.get(t.name)
+            kind = CONSTANT if b is not None and b.kind == CONSTANT else ACTIVATION
+            offs[t.name] = tops[kind]
+            tops[kind] += -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+    return offs
+
+
+def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estimate,
+               cycles_not_worse: bool, offs: dict[str, int]) -> tuple[Estimate, Kernel] | None:
+    """The configuration of least estimated energy that beats ``alone`` (the members one by one)
+    in energy, and when ``cycles_not_worse`` without costing more cycles; None when none does.
+    Per way of holding the constants, configurations are priced in :func:`shortlist` order until
+    ``HEIGHTS`` of them could be planned (or ``TRIES`` were tried).  Each is priced with its
+    tensors at ``offs`` (:func:`pricing_offsets`)."""
     best = None
-    for attrs in configs:
-        k = fused_kernel(attrs)
-        est = fused_estimate(k, target)
-        if est is None or est.energy_pj >= alone.energy_pj or (cycles_not_worse and est.cycles > alone.cycles):
-            continue
-        if best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles):
-            best = (est, k)
+    for resident in (True, False):
+        planned = 0
+        for attrs in shortlist(roofline, resident)[:TRIES]:
+            est = fused_estimate(relocate_kernel(fused_kernel(attrs), offs), target)
+            if est is None:
+                continue
+            planned += 1
+            ok = est.energy_pj < alone.energy_pj and (not cycles_not_worse or est.cycles <= alone.cycles)
+            if ok and (best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles)):
+                best = (est, fused_kernel(attrs))
+            if planned == HEIGHTS:
+                break
     return best
 
 
@@ -215,34 +250,55 @@ def _sum(es) -> Estimate:
 
 
 def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, cycles_not_worse: bool) -> tuple[LKernel, ...]:
-    """The dynamic program over the segment on the roofline screen, then each chosen chain priced
-    in full (module docstring)."""
+    """The dynamic program over the segment on the roofline screen; each chain it chooses is then
+    priced in full (:func:`best_chain`), and one that does not win is taken out and the program
+    run again, until every chain chosen wins (module docstring)."""
     n = len(lks)
     single = [unfused_estimate(target, (lk.kernel,)).energy_pj if fusable(lk.kernel) else 0.0 for lk in lks]
-    best: list[tuple[float, list]] = [(0.0, [])] + [(float("inf"), [])] * n
-    for j in range(1, n + 1):
-        e, plan = best[j - 1]
-        best[j] = (e + single[j - 1], plan + [(j - 1, j, None)])
+    runs: dict[tuple[int, int], list] = {}
+    for j in range(2, n + 1):
         for i in range(max(0, j - MAX_MEMBERS), j - 1):
             ks = tuple(lk.kernel for lk in lks[i:j])
             inter = _chain(ks, readers, protected, sizes)
             if inter is None:
                 continue
             confs = roofline_configurations(target, ks, inter)
-            if not confs or confs[0][0].energy_pj >= sum(single[i:j]):
-                continue
-            cost = best[i][0] + confs[0][0].energy_pj
-            if cost < best[j][0]:
-                best[j] = (cost, best[i][1] + [(i, j, confs)])
+            if confs and confs[0][0].energy_pj < sum(single[i:j]):
+                runs[(i, j)] = confs
+    priced: dict[tuple[int, int], tuple[Estimate, Kernel] | None] = {}
+    while True:
+        plan = _cheapest(n, single, runs)
+        missing = [r for r in plan if r not in priced]
+        if not missing:
+            break
+        for i, j in missing:
+            offs = pricing_offsets(tuple(lk.kernel for lk in lks[i:j]), target, sizes)
+            members = _sum(unfused_cost(relocate_kernel(lk.kernel, offs), target) for lk in lks[i:j])
+            priced[(i, j)] = best_chain(target, runs[(i, j)], members, cycles_not_worse, offs)
+            if priced[(i, j)] is None:
+                del runs[(i, j)]
     out: list[LKernel] = []
-    for i, j, confs in best[n][1]:
-        chosen = None
-        if confs is not None:
-            alone = _sum(unfused_cost(lk.kernel, target) for lk in lks[i:j])
-            chosen = best_chain(target, shortlist(confs), alone, cycles_not_worse)
-        if chosen is None:
-            out.extend(lks[i:j])
+    chosen = {i: (j, priced[(i, j)][1]) for i, j in plan}
+    x = 0
+    while x < n:
+        if x not in chosen:
+            out.append(lks[x])
+            x += 1
             continue
-        group = lks[i:j]
-        out.append(LKernel(chosen[1], tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
+        j, k = chosen[x]
+        group = lks[x:j]
+        out.append(LKernel(k, tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
+        x = j
     return tuple(out)
+
+
+def _cheapest(n: int, single: list[float], runs: dict[tuple[int, int], list]) -> list[tuple[int, int]]:
+    """The runs of least total roofline energy that cover the segment (the rest one by one)."""
+    best: list[tuple[float, list]] = [(0.0, [])] + [(float("inf"), [])] * n
+    for j in range(1, n + 1):
+        best[j] = (best[j - 1][0] + single[j - 1], best[j - 1][1])
+        for i in range(max(0, j - MAX_MEMBERS), j - 1):
+            confs = runs.get((i, j))
+            if confs and best[i][0] + confs[0][0].energy_pj < best[j][0]:
+                best[j] = (best[i][0] + confs[0][0].energy_pj, best[i][1] + [(i, j)])
+    return best[n][1]

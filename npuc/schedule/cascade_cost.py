@@ -352,23 +352,33 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
     return Estimate(cycles, dram, copies, macs, _energy(target, members[0].dtype.name, macs, dram, copies, cycles))
 
 
-def program_estimate(steps, target) -> Estimate:
+def program_estimate(steps, target, cycles: int | None = None) -> Estimate:
     """Cycles, off-chip bytes, scratchpad copy bytes, MACs and energy of a list of steps (a tile
     program's, or a kernel's emission recorded): cycles by the four-queue timeline walk
-    (``npuc.schedule.vector_cost``), energy from every instruction's own energy actions (the
-    counts the simulator sums) priced by the target's energy table, plus static energy over the
-    cycles.  Nothing is estimated by hand: this is what the simulator would count."""
+    (``npuc.schedule.vector_cost``; ``cycles`` when already walked), energy from every
+    instruction's own energy actions (the counts the simulator sums) priced by the target's
+    energy table, plus static energy over the cycles.  Nothing is estimated by hand: this is what
+    the simulator counts."""
     from npuc.isa.actions import Actions, energy_breakdown
     from npuc.isa.instr import build_args, get_def
     from npuc.schedule.vector_cost import timeline
 
     steps = tuple(steps)
-    cycles = max((t.end for t in timeline(steps, target)), default=0)
-    total = Actions()
+    if cycles is None:
+        cycles = max((t.end for t in timeline(steps, target)), default=0)
+    n = len(target.memories)
+    totals: list[int] | None = None
+    seen: dict = {}
     for s in steps:
-        d = get_def(s.op)
-        args = build_args(d, s.kwargs())
-        total = total + d.actions(args, target, d.regions(args))
+        # only a transfer's actions depend on its addresses (the memory its DRAM side falls in)
+        key = s if s.op in ("DMA_LOAD", "DMA_STORE") else s.shape_key()
+        flat = seen.get(key)
+        if flat is None:
+            d = get_def(s.op)
+            args = build_args(d, s.kwargs())
+            flat = seen[key] = d.actions(args, target, d.regions(args)).flat(n)
+        totals = list(flat) if totals is None else [x + y for x, y in zip(totals, flat)]
+    total = Actions.from_flat(totals, n) if totals is not None else Actions()
     dynamic = sum(energy_breakdown(total, target).values())
     return Estimate(cycles, total.dram_read + total.dram_write, total.spad_read + total.spad_write, total.macs,
                     dynamic + target.static_energy_pj(cycles))

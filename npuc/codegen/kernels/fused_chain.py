@@ -26,6 +26,7 @@ from typing import Any
 
 from npuc.codegen.epilogue import dma_nd, vector_nd
 from npuc.codegen.kernel import get_kernel, register_kernel
+from npuc.codegen.kernels.chain_copies import elide_copies
 from npuc.codegen.memory_plan import relocate_kernel
 from npuc.codegen.tile_builder import TileBuilder, emit_program
 from npuc.errors import CompileError
@@ -107,21 +108,17 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                            f"the members less than a quarter of the {target.scratchpad.size_bytes}-byte scratchpad")
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
-    cache: dict[tuple, Plan] = {}
     bands = []
     acc = 0
     for s in stripes:
         row = []
-        for i, (m, (o0, o1)) in enumerate(zip(members, s.out_rows)):
+        for m, (o0, o1) in zip(members, s.out_rows):
             if o1 <= o0:
                 row.append(None)
                 continue
-            band = band_kernel(m, o0, o1)
-            key = (i, band.inputs[0].shape, band.output.shape, band.attrs)
-            if key not in cache:
-                cache[key] = get_kernel(m.kind).plan(band, sub)
-            row.append(cache[key])
-            acc = max(acc, cache[key].acc_bytes)
+            plan = band_plan(band_kernel(m, o0, o1), sub)
+            row.append(plan)
+            acc = max(acc, plan.acc_bytes)
         bands.append(tuple(row))
     program = chain_program(k, target, stripes, layout, sub, tuple(bands))
     double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
@@ -131,6 +128,31 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
     return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
                 ChainPlan(stripes, layout, sub, tuple(bands), program))
+
+
+_BAND_PLANS: dict[tuple, Plan] = {}
+_BAND_PLANS_KEPT = 4096
+
+
+def _band_key(band: Kernel, target: Any) -> tuple:
+    """What a band's plan depends on: everything of the band but its tensors' addresses (a plan
+    is emitted at other addresses as it is for the other stripes of a chain), and the target."""
+    tensors = tuple((t.name, t.shape, t.strides, t.dtype) for t in band.tensors())
+    epilogue = tuple((e.op, e.scalar, e.operand_first, e.params) for e in band.epilogue)
+    return band.kind, band.dtype, band.attrs, band.quant, tensors, epilogue, target
+
+
+def band_plan(band: Kernel, target: Any) -> Plan:
+    """The member implementation's plan of a band on the members' part of the scratchpad,
+    planned once for every band of that shape (the cascade stage prices several chains that
+    share bands, and code generation plans the chosen one again)."""
+    key = _band_key(band, target)
+    plan = _BAND_PLANS.get(key)
+    if plan is None:
+        if len(_BAND_PLANS) >= _BAND_PLANS_KEPT:
+            _BAND_PLANS.clear()
+        plan = _BAND_PLANS[key] = get_kernel(band.kind).plan(band, target)
+    return plan
 
 
 class _Recorder(TileBuilder):
@@ -185,6 +207,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
         for m, (o0, o1), bp in zip(members, s.out_rows, plans):
             if bp is not None:
                 get_kernel(m.kind).emit(band_kernel(m, o0, o1), bp, local)
+    rec._steps = list(elide_copies(tuple(rec._steps), layout.member_bytes))
     return rec.finish(f"stripes of {a.stripe_rows} rows of '{k.output.name}'", a)
 
 
