@@ -122,9 +122,12 @@ def _cpu_meta(s: CpuSegment, m: LoweredModel) -> list:
 def _cpu_subgraph(s: CpuSegment, homes, plan: MemoryPlanResult, addr) -> CpuSubgraph:
     bindings = [CpuBinding(v, BindingRole.INPUT, addr(v), homes[v].type) for v in s.inputs]
     bindings += [CpuBinding(v, BindingRole.OUTPUT, addr(v), homes[v].type) for v in s.outputs]
+    # a constant binding's offset is into the constants blob, which starts at the base of the
+    # memory that holds the weights (the flash of u55-like-256 is not at address 0)
+    blob = next((off for _, kind, off, _ in plan.regions if kind == "CONSTANTS"), 0)
     for cname, data in s.graph.constants.items():
         t = TensorType(tuple(data.shape), storage_dtype(IRType.from_torch(data.dtype)))
-        bindings.append(CpuBinding(cname, BindingRole.CONSTANT, plan.offset(f"#{cname}"), t))
+        bindings.append(CpuBinding(cname, BindingRole.CONSTANT, plan.offset(f"#{cname}") - blob, t))
     return CpuSubgraph(s.name, print_graph(s.graph), tuple(bindings))
 
 

@@ -11,7 +11,8 @@ comes back to its first value after P repetitions (a buffer of a double-buffered
 slot with period P.  Passes repeat on their own output, so loops
 nest (rows inside channel blocks inside a layer).
 
-The result expands to the very instruction stream the emitter produced (tested), so
+The result expands to the very instruction stream the emitter produced (tested, and checked
+on every program by :func:`check_expansion`), so
 correctness, timing and the race detector's view are unchanged: only the encoded program
 shrinks.
 """
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from npuc.errors import CompileError
 from npuc.isa.instr import Instr
 from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, group, loop_instr
+from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -44,7 +46,23 @@ def reroll(instrs: Sequence[Instr], labels: Sequence[str]) -> tuple[list[Instr],
         if len(new) == len(out):
             break
         out, labs = new, new_labs
+    check_expansion(out, instrs, labs)
     return out, labs
+
+
+def check_expansion(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequence[str]) -> None:
+    """Raise CompileError unless ``rolled`` expands to ``instrs`` exactly: the simulator, the
+    race detector and the profile see only the expansion, so a LOOP that strays from the stream
+    the emitter wrote would otherwise be a silent wrong answer (linear in the program's size)."""
+    dyn, origin = expand(rolled)
+    if dyn == list(instrs):
+        return
+    i = next((k for k, (a, b) in enumerate(zip(dyn, instrs)) if a != b), min(len(dyn), len(instrs)))
+    where = f" in layer {labels[origin[i]]}" if i < len(origin) else ""
+    raise CompileError(
+        f"internal error: the LOOPs written for the program{where} do not expand to the emitted "
+        f"instructions (dynamic instruction {i} differs); please report it with the model and target"
+    )
 
 
 # ------------------------------------------------------------------------------ one pass
@@ -126,7 +144,9 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
             new[key] = [stride, k]
             continue
         return None
-    if len(moved) > len(model) and any(key not in model for key in moved):
+    # A field that moves for the first time ends the run, however many fields came back to
+    # their first value in this repetition (counting keys would let one hide the other).
+    if any(key not in model for key in moved):
         return None
     return model if new is None else new
 

@@ -1,5 +1,7 @@
 """Rerolling: the LOOPs written for a compiled program expand to the emitter's stream exactly."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -71,3 +73,31 @@ def test_a_stream_without_repetition_is_left_alone():
     prog, labels = em.finish()
     rolled, _ = reroll(prog.instrs, labels)
     assert rolled == list(prog.instrs)
+
+
+def test_a_repetition_that_changes_a_new_field_ends_the_run():
+    """A field that comes back to its first value (a double-buffered address) must not hide a
+    field that changes for the first time in the same repetition (a narrower last block): the
+    run ends before it, whatever the count of fields that moved."""
+    em = Emitter(load_target("npu-mid"))
+    for dst, n0 in ((0, 16), (64, 16), (0, 8)):
+        em.emit("VFILL", dtype="int8", n0=n0, dst=dst, dst_s1=64, value=1)
+    prog, labels = em.finish()
+    rolled, _ = reroll(prog.instrs, labels)
+    assert expand(rolled)[0] == list(prog.instrs)
+
+
+def test_a_loop_that_strays_from_the_emitted_stream_is_refused():
+    from npuc.codegen.reroll import check_expansion
+    from npuc.errors import CompileError
+
+    em = Emitter(load_target("npu-mid"))
+    for dst in (0, 64, 128):
+        em.emit("VFILL", dtype="int8", n0=16, dst=dst, dst_s1=64, value=1)
+    prog, labels = em.finish()
+    rolled, rolled_labels = reroll(prog.instrs, labels)
+    assert rolled[0].op == "LOOP"
+    wrong = list(prog.instrs)
+    wrong[2] = dataclasses.replace(wrong[2], args=wrong[2].args._replace(n0=8))
+    with pytest.raises(CompileError, match="do not expand to the emitted instructions"):
+        check_expansion(rolled, wrong, rolled_labels)

@@ -44,10 +44,6 @@ CNN_TARGETS = {
 }
 TRANSFORMERS = ("torchvision:vit_b_16", "transformers:bert-tiny", "transformers:gpt2-tiny", "transformers:llama-tiny")
 CASES = [(m, t) for m, ts in CNN_TARGETS.items() for t in ts] + [(m, "npu-mid") for m in TRANSFORMERS]
-# A known wrong answer, open: on u55-like-256 (32 KiB scratchpad) a 1x1 int8 convolution whose
-# reduction is cut into 32-channel blocks with a 16-channel tail (144 -> 32 at 28x28, MobileNetV2's
-# features.4.conv.2) differs from the integer reference; tests/regress/test_known_faults.py has it alone.
-KNOWN_WRONG = {("torchvision:mobilenet_v2", "u55-like-256")}
 PROBED = ("torchvision:resnet18", "torchvision:mobilenet_v2", "torchvision:efficientnet_b0")
 PROBES = 8
 # Ops whose result is a view or a copy of another value: probing them adds nothing.
@@ -82,9 +78,7 @@ def _timed_run(g: Graph, target: str, inputs):
     return art, outs
 
 
-@pytest.mark.parametrize("name,target", [
-    pytest.param(m, t, marks=pytest.mark.xfail(strict=True, reason="known wrong answer on u55-like-256, see KNOWN_WRONG"))
-    if (m, t) in KNOWN_WRONG else (m, t) for m, t in CASES], ids=[f"{m}-{t}" for m, t in CASES])
+@pytest.mark.parametrize("name,target", CASES, ids=[f"{m}-{t}" for m, t in CASES])
 def test_zoo_int8_equals_the_integer_reference(name, target):
     g, inputs, values = quantized(name)
     art, outs = _timed_run(g, target, inputs)
