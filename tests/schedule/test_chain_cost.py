@@ -120,6 +120,6 @@ def test_plan_and_emission_read_one_tile_program():
     (code,) = art.compiled.codes
     chain = next(p for p in code.plans if hasattr(p.details, "program"))
     steps = chain.details.program.steps
-    text = chain.details.program.text()
+    text = chain.details.text()
     assert "(fused_chain)" in text and "buffer 'members'" in text and "iteration" in text
     assert len({s.tile for s in steps if s.tile >= 0}) == len(chain.details.stripes)

@@ -98,6 +98,10 @@ class ChainPlan:
     bands: tuple[tuple[Plan | None, ...], ...]
     program: TileProgram
 
+    def text(self, indent: str = "") -> str:
+        """The chain's loop nest, as ``--print-after codegen`` prints every tile program."""
+        return self.program.text(indent)
+
 
 def plan_chain(k: Kernel, target: Any) -> Plan:
     a: ChainAttrs = k.attrs
