@@ -9,7 +9,8 @@ output, bias and REQUANT records once each), the cost model's estimate and the c
 "before" is the tiling the planner chose at commit 4944dc3 (no input bands, no wide weight
 blocks) emitted by today's engine (so its first weight block is loaded by planes: at 4944dc3 itself
 the four rows measured 457,238 / 455,524 / 125,626 / 127,162 cycles with the same DRAM bytes),
-"after" today's choice.  Figures only, no assertions.
+"after" today's choice.  Then the same figures for ResNet's three compute-bound 3x3 layers
+(56x56x64, 28x28x128, 14x14x256) under today's choice.  Figures only, no assertions.
 
     .venv/bin/python bench/conv_transfers.py [--targets npu-mid,npu-large] [--dtypes fp16,int8]
 """
@@ -98,6 +99,23 @@ def main() -> None:
         for d in args.dtypes.split(","):
             for when in ("before", "after"):
                 print(measure(t, DType[d], when), flush=True)
+    print("\ncompute-bound 3x3 layers of ResNet (C -> C, pad 1), today's tiling")
+    print(f"{'target':10s} {'dtype':5s} {'layer':10s} {'cycles':>10s} {'bound':>10s} {'MACuse':>6s} {'DRAM x':>6s} "
+          f"{'model':>10s} {'error':>6s}  tiling")
+    for t in args.targets.split(","):
+        target = load_target(t)
+        for d in args.dtypes.split(","):
+            for c, hw in RESNET_3X3:
+                k = conv56(DType[d], c=c, hw=hw, o=c)
+                sim, plan = simulate_with(k, target, None)
+                p = conv_problem(place(k)[0])
+                dram = (sim.dram_bytes_read + sim.dram_bytes_written) / compulsory_bytes(p)
+                err = (plan.est_cycles - sim.total_cycles) / sim.total_cycles
+                print(f"{t:10s} {d:5s} {f'{hw}x{hw}x{c}':10s} {sim.total_cycles:10,d} {lower_bound(target, p):10,d} "
+                      f"{sim.mac_utilization:6.1%} {dram:6.2f} {plan.est_cycles:10,d} {err:+6.1%}  {plan.summary}", flush=True)
+
+
+RESNET_3X3 = ((64, 56), (128, 28), (256, 14))
 
 
 if __name__ == "__main__":

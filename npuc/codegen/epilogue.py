@@ -60,7 +60,7 @@ from npuc.codegen.kernel import SramArena
 from npuc.errors import CompileError
 from npuc.isa.enums import DType, UnOp
 from npuc.isa.instr import field_max
-from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, EpilogueOp
+from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, EpilogueOp, qadd_step
 from npuc.kir.tensor import DramTensor
 
 # Field limits of the instruction set, read from its definitions (docs/isa.md).
@@ -502,8 +502,9 @@ def load_epilogue_operands(em: Any, epilogue: Sequence[EpilogueOp], bufs: Epilog
 # ============================================================================ the chain
 
 
-def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any) -> str | None:
-    """Why the vector unit cannot apply ``epilogue`` to ``dtype`` tiles on ``target``, or None."""
+def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any, int8_adds: bool = False) -> str | None:
+    """Why the vector unit cannot apply ``epilogue`` to ``dtype`` tiles on ``target``, or None
+    (``int8_adds``: the kernel runs fused qadd steps, :class:`~npuc.kir.kernel.QAddStep`)."""
     for e in epilogue:
         if e.op not in UNARY_EPILOGUE_OPS and e.op not in BINARY_EPILOGUE_OPS:
             return f"epilogue op '{e.op}' is not an elementwise op the vector unit implements"
@@ -515,8 +516,11 @@ def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any)
         return f"target '{target.name}' has no fp16 vector arithmetic"
     if not dtype.is_float:
         for e in epilogue:
+            if int8_adds and e.operand is not None and qadd_step(e) is not None:
+                continue
             if e.op != "clamp" or e.operand is not None:
-                return (f"{dtype.name} epilogues take only an integer clamp (a quantized ReLU); "
+                adds = " and fused residual adds (qadd)" if int8_adds else ""
+                return (f"{dtype.name} epilogues of this kernel take only an integer clamp (a quantized ReLU){adds}; "
                         f"'{e.op}' needs its own int8 kernel")
     return None
 

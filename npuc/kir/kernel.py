@@ -173,6 +173,36 @@ class QuantAttrs:
 
 
 @dataclass(frozen=True)
+class QAddStep:
+    """An int8 ``qadd`` fused into the epilogue of an int8 array kernel (the ``quant`` param of
+    an ``add`` epilogue step whose operand is the other int8 summand).
+
+    The kernel's requantized int8 result ``y`` and the operand ``r`` are added by the integer
+    steps of ``npuc.quant.arith.run_qadd``, as the ``qbinary`` kernel runs them: widen both to
+    int32, add ``-zero_points``, multiply by ``factors`` (result first, operand second), add,
+    REQUANT with the record ``[1, 2]`` that is the kernel's input number ``record``, zero point
+    ``out_zero_point``, clamp [``qmin``, ``qmax``].  The same instructions, so the same bits.
+    """
+
+    zero_points: tuple[int, int]
+    factors: tuple[int, int]
+    out_zero_point: int
+    qmin: int
+    qmax: int
+    record: int
+
+    def __str__(self) -> str:
+        return (f"qadd{{zps={list(self.zero_points)}, factors={list(self.factors)}, zo={self.out_zero_point}, "
+                f"clamp=[{self.qmin}, {self.qmax}], record=in{self.record}}}")
+
+
+def qadd_step(e: EpilogueOp) -> QAddStep | None:
+    """The fused qadd of an epilogue step, or None for a plain step."""
+    q = e.param("quant")
+    return q if isinstance(q, QAddStep) else None
+
+
+@dataclass(frozen=True)
 class QBinaryAttrs:
     """``qbinary``: ``op`` "add" (qadd) or "mul" (qmul) of two int8 operands."""
 

@@ -12,6 +12,12 @@ kernel C of the same NPU segment when
 
 Then P's epilogue grows by C's steps and P writes C's result; P's result is never stored.  Chains
 (conv -> add -> relu) fuse step by step.
+
+An int8 array kernel (``conv2d``, ``gemm``) also absorbs a ``qbinary`` add (a residual ``qadd``)
+that reads its result as one summand: the step is an ``add`` with the other summand as operand
+and a :class:`~npuc.kir.kernel.QAddStep` (zero points, factors, output zero point and clamp; its
+REQUANT record joins the kernel's inputs), which the kernel runs after its own REQUANT with the
+qbinary kernel's integer steps.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from npuc.codegen.kernel import get_kernel
-from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, KERNEL_KINDS, EpilogueOp, Kernel
+from npuc.isa.enums import DType
+from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, KERNEL_KINDS, EpilogueOp, Kernel, QAddStep
 from npuc.errors import NpucError
 from npuc.lower.layout import dense_order
 from npuc.kir.program import CONSTANT, LKernel, LoweredModel, NpuSegment
@@ -54,9 +61,11 @@ def fuse(m: LoweredModel) -> LoweredModel:
 
 
 def fuse_kernels(kernels: list[LKernel], pinned: set[str], target) -> list[LKernel]:
-    """Fuse within one segment's kernel list (program order is kept)."""
+    """Fuse within one segment's kernel list (program order is kept, but for the writer of a
+    residual qadd's other summand, which may move earlier: :func:`_hoist_other_summand`)."""
     i = 0
     while i < len(kernels):
+        _hoist_other_summand(kernels, i)
         j = _fusable_consumer(kernels, i, pinned)
         if j is not None:
             fused = _merge(kernels[i], kernels[j])
@@ -66,6 +75,33 @@ def fuse_kernels(kernels: list[LKernel], pinned: set[str], target) -> list[LKern
                 continue  # try to extend the chain
         i += 1
     return kernels
+
+
+def _hoist_other_summand(kernels: list[LKernel], i: int) -> None:
+    """When kernel ``i`` is an int8 array kernel whose result only a qadd reads, and the qadd's
+    other summand is written by a later kernel that does no more multiply-accumulates (ResNet's
+    1x1 downsampling conv after the block's second 3x3 conv), move that writer before ``i`` when
+    nothing between depends on it: the add then fuses into kernel ``i``, whose products hide its
+    vector work, rather than into the smaller layer."""
+    p = kernels[i].kernel
+    readers = _readers(kernels, p.output.name)
+    if p.kind not in ("conv2d", "gemm") or p.quant is None or len(readers) != 1:
+        return
+    c = kernels[readers[0]].kernel
+    if c.kind != "qbinary" or not _qadd_into(p, c):
+        return
+    others = [t for t in c.inputs[:2] if t.name != p.output.name]
+    writers = _writers(kernels, others[0].name) if len(others) == 1 else []
+    if len(writers) != 1 or not i < writers[0] < readers[0] or kernels[writers[0]].macs > kernels[i].macs:
+        return
+    w = writers[0]
+    moved = kernels[w].kernel
+    reads = {t.name for t in moved.tensors() if t.name != moved.output.name}
+    for k in kernels[i:w]:
+        touched = {t.name for t in k.kernel.tensors()}
+        if k.kernel.output.name in reads or moved.output.name in touched:
+            return
+    kernels.insert(i, kernels.pop(w))
 
 
 def _writers(kernels: list[LKernel], name: str) -> list[int]:
@@ -92,7 +128,9 @@ def _fusable_consumer(kernels: list[LKernel], i: int, pinned: set[str]) -> int |
         return None
     j = readers[0]
     c = kernels[j].kernel
-    if c.kind != "eltwise" or c.dtype != p.dtype or c.output.numel != p.output.numel:
+    if c.kind not in ("eltwise", "qbinary") or c.dtype != p.dtype or c.output.numel != p.output.numel:
+        return None
+    if c.kind == "qbinary" and not _qadd_into(p, c):
         return None
     if _consumer_steps(c, p.output) is None:
         return None
@@ -117,8 +155,31 @@ def _row_major(t) -> bool:
     return dense_order(t) == tuple(range(t.rank))
 
 
-def _consumer_steps(c: Kernel, produced) -> tuple[EpilogueOp, ...] | None:
-    """C's steps applied to P's result, or None when C reads P's result some other way."""
+def _qadd_into(p: Kernel, c: Kernel) -> bool:
+    """Whether ``c`` is a qadd that int8 array kernel ``p`` may run in its epilogue."""
+    return (c.attrs.op == "add" and p.dtype is DType.int8 and p.kind in ("conv2d", "gemm")
+            and p.quant is not None and len(c.quant.factors) == 2)
+
+
+def _qadd_step(c: Kernel, produced, record: int) -> tuple[EpilogueOp, ...] | None:
+    """The qbinary add ``c`` as one epilogue step on P's result (the other summand its operand;
+    its record becomes P's input number ``record``), or None when C reads P's result otherwise."""
+    a, b = c.inputs[:2]
+    mine = [i for i, t in enumerate((a, b)) if _same(t, produced)]
+    if len(mine) != 1:
+        return None
+    i = mine[0]
+    q = c.quant
+    zps, fs = q.in_zero_points, q.factors
+    step = QAddStep((zps[i], zps[1 - i]), (fs[i], fs[1 - i]), q.out_zero_point, q.qmin, q.qmax, record)
+    return (EpilogueOp("add", operand=(b, a)[i], params=(("quant", step),)),)
+
+
+def _consumer_steps(c: Kernel, produced, record: int = -1) -> tuple[EpilogueOp, ...] | None:
+    """C's steps applied to P's result, or None when C reads P's result some other way
+    (``record``: where a fused qadd's REQUANT record goes among P's inputs)."""
+    if c.kind == "qbinary":
+        return _qadd_step(c, produced, record)
     steps = list(c.epilogue)
     refs = [e for e in steps if e.operand is not None and e.operand.name == produced.name]
     if _same(c.inputs[0], produced):
@@ -134,7 +195,7 @@ def _consumer_steps(c: Kernel, produced) -> tuple[EpilogueOp, ...] | None:
 
 def _merge(pk: LKernel, ck: LKernel) -> LKernel | None:
     p, c = pk.kernel, ck.kernel
-    steps = _consumer_steps(c, p.output)
+    steps = _consumer_steps(c, p.output, len(p.inputs))
     if steps is None:
         return None
     shape = p.output.shape
@@ -149,7 +210,8 @@ def _merge(pk: LKernel, ck: LKernel) -> LKernel | None:
                 return None
             e = replace(e, operand=operand)
         reshaped.append(e)
-    kernel = replace(p, output=output, epilogue=p.epilogue + tuple(reshaped), sources=p.sources + c.sources)
+    inputs = p.inputs + (c.inputs[2],) if c.kind == "qbinary" else p.inputs  # the qadd's REQUANT record
+    kernel = replace(p, inputs=inputs, output=output, epilogue=p.epilogue + tuple(reshaped), sources=p.sources + c.sources)
     return replace(pk, kernel=kernel, ops=pk.ops + ck.ops)
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
-from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS
+from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
+from npuc.schedule.int8_epilogue import Block, qadd_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
 from npuc.schedule.transfers import BandState, Rows, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
@@ -95,7 +96,12 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     else:
         total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
     for e in p.epilogue:
-        if e.op in UNARY_EPILOGUE_OPS:
+        q = qadd_step(e)
+        if q is not None:  # a fused residual qadd: its instructions, timed one by one
+            acc, spad = Block("acc", 0, 4, tn * 4), Block("spad", 0, 4, tn * 4)
+            total += sum(instr_cycles(target, op, f) for op, f in qadd_instrs(
+                q, m, tn, Block("spad", 0, 1, tn), acc, Block("spad", 0, 1, tn), spad, 0))
+        elif e.op in UNARY_EPILOGUE_OPS:
             name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
             name = name if name in UnOp.__members__ else "copy"
             total += vector_time(target, "VUN", op=name, dtype=dt, n0=tn, n1=m)

@@ -114,6 +114,8 @@ class ArrayQuant:
     ``bias_addrs[b]`` and the REQUANT records ``[n][2]`` (int32 multiplier, shift) at
     ``records_addrs[b]``; ``pad_value`` fills padding cells (the input zero point), and the int32
     accumulator becomes int8 with ``zero_point`` and the clamp [``qmin``, ``qmax``].
+    ``add_records`` has one entry per epilogue step: the DRAM address of a fused qadd's REQUANT
+    record ``[1, 2]`` (``npuc.schedule.int8_epilogue``), None for other steps.
     """
 
     bias_addrs: tuple[int, ...]
@@ -122,6 +124,12 @@ class ArrayQuant:
     zero_point: int
     qmin: int = -128
     qmax: int = 127
+    add_records: tuple[int | None, ...] = ()
+
+    @property
+    def adds(self) -> int:
+        """Fused qadd steps."""
+        return sum(a is not None for a in self.add_records)
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,13 @@ class ArrayTiling:
     several row tiles, loaded row by row as they need it; unfolded rows use 0);
     ``wide_weights`` a weight block holding every output channel of its reduction block (the
     channel tiles read their columns from it), so that its DRAM rows are whole runs of
-    ``n`` elements instead of ``tn``-element pieces (for k-major weights that stay resident).
+    ``n`` elements instead of ``tn``-element pieces (for k-major weights that stay resident);
+    ``tail_cols`` the output channels of each tile the last output tile of a batch is cut into
+    (``m_outer`` order; 0: ``tn``): the kernel's last epilogue and store, which no matrix product
+    overlaps, then cover only that many channels, while the array computes the tile's other
+    channels before them (the pipeline's drain); the weights stay one block of every channel.
+    ``head_rows`` the height of a first row tile of its own (0: none): the array starts once
+    that many output rows' input has arrived, not a whole tile's (the pipeline's fill).
     """
 
     th: int
@@ -206,6 +220,8 @@ class ArrayTiling:
     acc_slots: int = 1
     band: int = 0
     wide_weights: bool = False
+    tail_cols: int = 0
+    head_rows: int = 0
 
     def weight_cols(self, p: "ArrayProblem") -> int:
         """Output channels of one weight block: ``tn``, or every channel (``wide_weights``)."""
@@ -222,6 +238,10 @@ class ArrayTiling:
             extra += f" band {self.band_rows}"
         if self.wide_weights:
             extra += " wide-w"
+        if self.tail_cols:
+            extra += f" tail n{self.tail_cols}"
+        if self.head_rows:
+            extra += f" head {self.head_rows}"
         return (
             f"{self.dataflow.short} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots} acc-bufs {self.acc_slots}"
@@ -286,29 +306,45 @@ class RowTile(NamedTuple):
 
 
 def row_tiles(p: ArrayProblem, t: ArrayTiling) -> list[RowTile]:
-    """The output-row tiles in order: bands of ``t.band_rows`` rows cut in tiles of ``t.th``."""
-    return [RowTile(y0, bh, y0 + o, th) for y0, bh in blocks(p.y.out, t.band_rows) for o, th in blocks(bh, t.th)]
+    """The output-row tiles in order: bands of ``t.band_rows`` rows cut in tiles of ``t.th``
+    (with ``t.head_rows``, the first tile's first rows are a tile of their own)."""
+    out = [RowTile(y0, bh, y0 + o, th) for y0, bh in blocks(p.y.out, t.band_rows) for o, th in blocks(bh, t.th)]
+    first = out[0]
+    if 0 < t.head_rows < first.th and not t.unfold:
+        out[:1] = [first._replace(th=t.head_rows), first._replace(oy0=first.oy0 + t.head_rows, th=first.th - t.head_rows)]
+    return out
+
+
+def has_tail(p: ArrayProblem, t: ArrayTiling) -> bool:
+    """Whether the last output tile of each batch is cut into ``t.tail_cols`` channel tiles."""
+    return t.order == "m_outer" and 0 < t.tail_cols < min(t.tn, p.n)
+
+
+def _tile_nest(p: ArrayProblem, t: ArrayTiling):
+    """(row tile, column block, channel block) of every output tile of one batch, in order."""
+    ys, xs, ns = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn)
+    if t.order != "m_outer":
+        return [(yb, xb, nb) for nb in ns for yb in ys for xb in xs]
+    nest = [(yb, xb, nb) for yb in ys for xb in xs for nb in ns]
+    if has_tail(p, t):
+        yb, xb, (n0, tn) = nest.pop()
+        nest += [(yb, xb, (n0 + j, k)) for j, k in blocks(tn, t.tail_cols)]
+    return nest
 
 
 def steps(p: ArrayProblem, t: ArrayTiling) -> Iterator[Step]:
     """The loop nest in program order."""
-    ys, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
+    cs = blocks(p.c, t.tc)
     last_c = len(cs) - 1
     for b in range(p.batches):
-        if t.order == "m_outer":
-            nest = ((yb, xb, nb) for yb in ys for xb in xs for nb in ns)
-        else:
-            nest = ((yb, xb, nb) for nb in ns for yb in ys for xb in xs)
+        nest = _tile_nest(p, t)
         for r, (ox0, tw), (n0, tn) in nest:
             for i, (c0, tc) in enumerate(cs):
                 yield Step(b, r.oy0, r.th, ox0, tw, n0, tn, c0, tc, i == 0, i == last_c, r.y0, r.bh)
 
 
 def step_count(p: ArrayProblem, t: ArrayTiling) -> int:
-    return (
-        p.batches * len(row_tiles(p, t)) * math.ceil(p.x.out / t.tw)
-        * math.ceil(p.n / t.tn) * math.ceil(p.c / t.tc)
-    )
+    return p.batches * len(_tile_nest(p, t)) * math.ceil(p.c / t.tc)
 
 
 # ----------------------------------------------------------------------------- tile geometry
@@ -408,11 +444,12 @@ class Footprint:
     acc: int
     quant_slot: int = 0
     acc_slot: int = 0  # int8: the bias and REQUANT records of one channel block
+    wide_slot: int = 0  # int8 with fused qadds: the operand tile widened to int32, and their records
 
     def spad(self, t: ArrayTiling) -> int:
         return (
             t.x_slots * self.x_slot + t.w_slots * self.w_slot + 2 * self.out_slot
-            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot
+            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot + self.wide_slot
         )
 
 
@@ -432,4 +469,9 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place
     quant = _align(t.tn * 4) + _align(t.tn * 8) if p.quant is not None else 0
     acc_slot = _align(m * t.tn * 4)
-    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot)
+    adds = p.quant.adds if p.quant is not None else 0
+    wide = _align(m * t.tn * 4) + adds * QADD_RECORD_BYTES if adds else 0
+    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot, wide)
+
+
+QADD_RECORD_BYTES = 64  # a fused qadd's REQUANT record (8 bytes) in its own aligned block

@@ -186,6 +186,30 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
     return t
 
 
+def tail_variants(target: Target, p: ArrayProblem, t: ArrayTiling) -> list[ArrayTiling]:
+    """``t`` with its last output tile cut into narrower channel tiles (``tail_cols``: one or
+    two units of the array's columns and a DRAM burst's elements, so that the tail's stores
+    still move whole bursts), when those tiles share the weight block (every channel of a
+    reduction block in one block, k-major): the full model weighs the shorter drain against
+    the extra steps."""
+    unit = math.lcm(target.array.cols, max(1, target.dma.burst_bytes // p.es))
+    if t.order != "m_outer" or p.weights_n_major or min(t.tn, p.n) <= unit:
+        return []
+    if not (t.wide_weights or t.tn >= p.n):
+        return []
+    return [replace(t, tail_cols=c, wide_weights=True) for c in (unit, 2 * unit) if c < min(t.tn, p.n)]
+
+
+def head_variants(target: Target, p: ArrayProblem, t: ArrayTiling) -> list[ArrayTiling]:
+    """``t`` with a short first row tile (``head_rows``: the fewest rows whose pixels still fill
+    the array's rows, so its weight loads stay hidden): the array starts once those rows' input
+    is in, not a whole tile's."""
+    rows = -(-target.array.rows // t.tw)
+    if t.unfold or rows >= min(t.th, p.y.out):
+        return []
+    return [replace(t, head_rows=rows)]
+
+
 def _relative(addrs: tuple[int, ...]) -> tuple[int, ...]:
     base = min(addrs, default=0)
     return tuple(a - base for a in addrs)
@@ -251,7 +275,10 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     by_cycles = sorted(ranked, key=lambda r: (r[0], r[1], r[2], r[3]))[:walk]
     lean = sorted((r for r in ranked if r[0] <= fastest * (1 + CYCLE_SLACK)), key=lambda r: (r[1], r[0], r[2], r[3]))[:walk]
     walked = {r[3]: r for r in by_cycles + lean}
-    full = [(estimate(target, p, r[4]), r[2], r[3], r[4]) for r in walked.values()]
+    tilings = [r[4] for r in walked.values()]
+    tilings += [v for t in tilings for v in tail_variants(target, p, t)]
+    tilings += [v for t in tilings for v in head_variants(target, p, t)]
+    full = [(estimate(target, p, t), footprint(p, t).spad(t), str(t), t) for t in tilings]
     fastest_e = min(full, key=lambda f: (f[0].cycles, f[1], f[2]))
     lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
                key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))

@@ -17,7 +17,9 @@ from npuc.codegen.kernel import register_kernel
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.array_engine import ArrayEngine
-from npuc.codegen.kernels.array_plan import array_plan, array_quant, int8_inputs_problem, operand_names, operand_strides
+from npuc.codegen.kernels.array_plan import (
+    array_plan, array_quant, input_count, int8_inputs_problem, operand_names, operand_strides,
+)
 from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.schedule.problem import ArrayProblem, Axis, OperandLayout
 from npuc.targets import Target
@@ -76,7 +78,7 @@ class Conv2dOnArray:
         problem = int8_inputs_problem(k)
         if problem:
             return problem
-        if len(k.inputs) != (4 if k.quant else 2) or not isinstance(k.attrs, Conv2dAttrs):
+        if len(k.inputs) != input_count(k) or not isinstance(k.attrs, Conv2dAttrs):
             return "conv2d takes x and w and Conv2dAttrs (a bias is an epilogue add)"
         x, w = k.inputs[:2]
         if x.rank != 4 or w.rank != 4 or k.output.rank != 4:
@@ -87,7 +89,7 @@ class Conv2dOnArray:
         es = k.dtype.size
         if x.strides[1] != es or k.output.strides[1] != es:
             return "conv2d needs its input and output channels-last (channel stride = element size)"
-        return epilogue_supports(k.epilogue, k.dtype, target)
+        return epilogue_supports(k.epilogue, k.dtype, target, int8_adds=True)
 
     def constant_layout(self, k: Kernel, index: int) -> tuple[int, ...] | None:
         return WEIGHT_ORDER if index == 1 else None

@@ -19,7 +19,9 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    int32 accumulators get the folded bias added in place (VBIN add in ACC) and REQUANT writes
    the int8 tile per channel with the output zero point and clamp; the bias and the REQUANT
    records of a channel block are loaded once while the block does not change; padding cells
-   hold the input zero point.
+   hold the input zero point.  A fused residual qadd (``npuc.schedule.int8_epilogue``) then
+   widens the int8 tile back into the accumulator tile and the operand into a scratchpad buffer,
+   adds them with the qadd's factors and requantizes with its record (loaded once).
 
 Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
 tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
@@ -35,9 +37,12 @@ from typing import Any
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_step_operand, Piece
 from npuc.codegen.kernel import SramArena
+from npuc.kir.kernel import qadd_step
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import Dataflow, DType
+from npuc.schedule.int8_epilogue import Block, qadd_instrs
 from npuc.schedule.problem import (
+    QADD_RECORD_BYTES,
     ArrayProblem,
     ArrayTiling,
     Step,
@@ -100,9 +105,14 @@ class ArrayEngine:
         self.operand_names = operand_names
         self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
+        adds = p.quant.adds if p.quant is not None else 0
+        self.wide = spad.alloc(fp.wide_slot - adds * QADD_RECORD_BYTES, "widened qadd operand") if adds else 0
+        self.add_slots = [spad.alloc(QADD_RECORD_BYTES, f"qadd record {i}") for i in range(adds)]
+        self.add_records: dict[int, int] = {}  # epilogue step -> scratchpad address of its loaded record
         self.acc_slot = 0
         self.x_state: dict[int, BandState] = {}  # what each input buffer holds
         self.w_loaded = False
+        self.by_planes = False  # this step's weight block arrives plane by plane
         self.out_slot = 0
 
     def run(self) -> None:
@@ -141,6 +151,7 @@ class ArrayEngine:
             loads = weight_loads(self.p, self.t, s)
             if not self.w_loaded:  # the first block by planes: the array starts on the first chunk
                 loads, self.w_loaded = by_planes(loads), True
+                self.by_planes = True
             for op, f in loads:
                 self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         return base
@@ -158,19 +169,24 @@ class ArrayEngine:
         krows = weight_rows(p, s.tc)
         cks = chunks(p, t, s.tc, self.rows)
         wcols, wcol = (p.n, s.n0) if t.wide_weights else (s.tn, 0)  # the block's columns, the step's first
-        for j in range(0, s.tn, self.cols):
-            n = min(self.cols, s.tn - j)
-            for i, ch in enumerate(cks):
-                if p.weights_n_major:
-                    lw = dict(addr=wb + (j * krows + ch.w_row) * es, s_k=es, s_n=krows * es)
-                else:
-                    lw = dict(addr=wb + (ch.w_row * wcols + wcol + j) * es, s_n=es, s_k=wcols * es)
-                self.em.emit("LOAD_WEIGHTS", dtype=dt, k=ch.k, n=n, **lw)
-                self.em.emit(
-                    "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
-                    in_addr=xb + ch.in_off * es, m0=s.tw, m1=s.th, in_s0=in_s0, in_s1=in_s1,
-                    out_addr=self.acc + j * 4, out_s0=s.tn * 4, out_s1=s.tw * s.tn * 4,
-                )
+        cols = range(0, s.tn, self.cols)
+        # reduction chunks outside while the weight block arrives plane by plane (each chunk's
+        # products start as soon as its plane is in), column subtiles outside otherwise
+        order = ([(j, i) for i in range(len(cks)) for j in cols] if self.by_planes
+                 else [(j, i) for j in cols for i in range(len(cks))])
+        self.by_planes = False
+        for j, i in order:
+            n, ch = min(self.cols, s.tn - j), cks[i]
+            if p.weights_n_major:
+                lw = dict(addr=wb + (j * krows + ch.w_row) * es, s_k=es, s_n=krows * es)
+            else:
+                lw = dict(addr=wb + (ch.w_row * wcols + wcol + j) * es, s_n=es, s_k=wcols * es)
+            self.em.emit("LOAD_WEIGHTS", dtype=dt, k=ch.k, n=n, **lw)
+            self.em.emit(
+                "MATMUL", dtype=dt, acc=not (s.first and i == 0), k=ch.k, n=n,
+                in_addr=xb + ch.in_off * es, m0=s.tw, m1=s.th, in_s0=in_s0, in_s1=in_s1,
+                out_addr=self.acc + j * 4, out_s0=s.tn * 4, out_s1=s.tw * s.tn * 4,
+            )
 
     def _compute_os(self, s: Step, xb: int, wb: int, pixel_bytes: int) -> None:
         """Output-stationary: one MATMUL_OS per rows x cols block of the output tile, over the
@@ -206,13 +222,36 @@ class ArrayEngine:
         acc = Tile(self.acc, s.m, s.tn, DType.fp32 if p.dtype.is_float else DType.int32, space="acc")
         if p.quant is not None:
             self._requantize(s, acc, out)
+            self._int8_epilogue(s, acc, out, operands)
         else:
             emit_acc_to_tile(self.em, acc, out)
-        apply_epilogue(self.em, p.epilogue, out, operands)
+            apply_epilogue(self.em, p.epilogue, out, operands)
         op, f = output_store(p, s)
         self.em.emit(op, **_shifted(f, out.addr, ("local_addr",)))
         self.out_slot ^= 1
         self.acc_slot = (self.acc_slot + 1) % len(self.accs)
+
+    def _int8_epilogue(self, s: Step, acc: Tile, out: Tile, operands: list[Tile | None]) -> None:
+        """The steps after REQUANT on the int8 tile: clamps, and fused qadds."""
+        for i, (e, opnd) in enumerate(zip(self.p.epilogue, operands)):
+            q = qadd_step(e)
+            if q is None:
+                apply_epilogue(self.em, (e,), out, (opnd,))
+                continue
+            y = Block(out.space, out.addr, out.s0, out.s1)
+            a = Block(acc.space, acc.addr, acc.s0, acc.s1)
+            r = Block(opnd.space, opnd.addr, opnd.s0, opnd.s1)
+            wide = Block("spad", self.wide, 4, s.tn * 4)
+            for op, f in qadd_instrs(q, s.m, s.tn, y, a, r, wide, self._add_record(i)):
+                self.em.emit(op, **f)
+
+    def _add_record(self, i: int) -> int:
+        """The scratchpad address of epilogue step ``i``'s qadd record, loaded on first use."""
+        if i not in self.add_records:
+            addr = self.add_slots[len(self.add_records)]
+            self.em.emit("DMA_LOAD", esize=4, dram_addr=self.p.quant.add_records[i], local_addr=addr, n0=2)
+            self.add_records[i] = addr
+        return self.add_records[i]
 
     def _requantize(self, s: Step, acc: Tile, out: Tile) -> None:
         """int8: add the folded bias to the int32 accumulators, then REQUANT per channel."""

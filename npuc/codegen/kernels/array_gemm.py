@@ -19,7 +19,9 @@ from npuc.codegen.kernel import register_kernel
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.array_engine import ArrayEngine
-from npuc.codegen.kernels.array_plan import array_plan, array_quant, int8_inputs_problem, operand_names, operand_strides
+from npuc.codegen.kernels.array_plan import (
+    array_plan, array_quant, input_count, int8_inputs_problem, operand_names, operand_strides,
+)
 from npuc.kir.tensor import DramTensor
 from npuc.schedule.problem import ArrayProblem, Axis, OperandLayout
 from npuc.targets import Target
@@ -84,7 +86,7 @@ class GemmOnArray:
         problem = int8_inputs_problem(k)
         if problem:
             return problem
-        if len(k.inputs) != (4 if k.quant else 2):
+        if len(k.inputs) != input_count(k):
             return "gemm takes two inputs a [*B, M, K] and b [*B, K, N]"
         a, b = k.inputs[:2]
         out = k.output
@@ -98,7 +100,7 @@ class GemmOnArray:
                 n not in (1, o) for n, o in zip(reversed(batch), reversed(out.shape[:-2]))
             ):
                 return f"gemm operand {t.name} {list(t.shape)} does not broadcast to {list(out.shape)}"
-        return epilogue_supports(k.epilogue, k.dtype, target)
+        return epilogue_supports(k.epilogue, k.dtype, target, int8_adds=True)
 
     def plan(self, k: Kernel, target: Target) -> Plan:
         return array_plan(gemm_problem(k), target)

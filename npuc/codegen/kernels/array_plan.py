@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from npuc.kir.kernel import Kernel
+from npuc.kir.kernel import Kernel, qadd_step
 from npuc.kir.plan import Plan
 from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
@@ -33,17 +33,34 @@ def operand_names(k: Kernel) -> tuple[str, ...]:
     return tuple(e.operand.name for e in k.epilogue if e.operand is not None)
 
 
+def input_count(k: Kernel) -> int:
+    """Inputs of an array kernel: x and w; int8: the bias and the records too, then one REQUANT
+    record per fused qadd step."""
+    if k.quant is None:
+        return 2
+    return 4 + sum(qadd_step(e) is not None for e in k.epilogue)
+
+
 def int8_inputs_problem(k: Kernel) -> str | None:
     """Why an array kernel's int8 form is malformed, or None (fp16 kernels pass).
 
     An int8 conv2d/gemm takes x, w, the folded int32 bias ``[n]`` and the int32 REQUANT records
-    ``[n, 2]`` (n output channels), and a :class:`~npuc.codegen.kernel.QuantAttrs`."""
+    ``[n, 2]`` (n output channels), then the record ``[1, 2]`` of each fused qadd step
+    (:class:`~npuc.kir.kernel.QAddStep`), and a :class:`~npuc.codegen.kernel.QuantAttrs`."""
     if k.dtype.is_float:
         return "a float kernel takes no quantization parameters" if k.quant is not None else None
     if k.dtype is not DType.int8:
         return f"{k.dtype.name} array kernels are not supported (int8 or fp16)"
-    if k.quant is None or len(k.inputs) != 4:
-        return "an int8 array kernel takes x, w, the int32 bias and the REQUANT records, and QuantAttrs"
+    if k.quant is None or len(k.inputs) != input_count(k):
+        return ("an int8 array kernel takes x, w, the int32 bias and the REQUANT records, one record per fused "
+                "qadd, and QuantAttrs")
+    records = [q.record for q in map(qadd_step, k.epilogue) if q is not None]
+    if records != list(range(4, len(k.inputs))):
+        return f"the fused qadd steps must name the records after the kernel's own, in order (got inputs {records})"
+    for i in records:
+        r = k.inputs[i]
+        if r.dtype is not DType.int32 or r.shape != (1, 2) or not r.is_dense():
+            return f"a fused qadd's REQUANT record must be a dense int32 [1, 2] constant, got {r}"
     n = k.output.shape[1] if k.kind == "conv2d" else k.output.shape[-1]
     bias, rec = k.inputs[2], k.inputs[3]
     if bias.dtype is not DType.int32 or bias.shape != (n,) or rec.dtype is not DType.int32 or rec.shape != (n, 2):
@@ -62,8 +79,10 @@ def array_quant(k: Kernel, channel_offsets: list[int]) -> ArrayQuant | None:
         return None
     bias, rec = k.inputs[2], k.inputs[3]
     q = k.quant
+    steps = tuple(map(qadd_step, k.epilogue))
     return ArrayQuant(
         tuple(bias.addr + c * bias.strides[0] for c in channel_offsets),
         tuple(rec.addr + c * rec.strides[0] for c in channel_offsets),
         q.in_zero_point, q.out_zero_point, q.qmin, q.qmax,
+        tuple(None if s is None else k.inputs[s.record].addr for s in steps),
     )
