@@ -264,9 +264,8 @@ def test_median_error_within_three_percent():
     assert statistics.median(errors) <= 0.03, f"median error {statistics.median(errors):.1%}"
 
 
-# fused_chain is not a vector or move kernel: its members are (and array kernels), each planned
-# and costed by its own implementation; the chain's own choice is the cascade stage's roofline
-# estimate, which is NOT checked here -- the reason fusion across layers is opt-in (design-notes).
+# fused_chain is not a vector or move kernel: its members are (and array kernels); its own tile
+# program (every step of its stripes) is checked against the simulator in test_chain_cost.py.
 COMPOSITE_KINDS = {"fused_chain"}
 
 
