@@ -43,8 +43,22 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def _sorted(obj, keep_order: bool = False):
+    """``obj`` with every mapping's keys sorted, except where ``keep_order``."""
+    if isinstance(obj, dict):
+        keys = list(obj) if keep_order else sorted(obj)
+        return {k: _sorted(obj[k]) for k in keys}
+    if isinstance(obj, (list, tuple)):
+        return [_sorted(v) for v in obj]
+    return obj
+
+
 def target_json(target) -> str:
-    return canonical_json(target.document())
+    """The target's document as canonical JSON: keys sorted, except the ``memory`` tables, whose
+    order is the order of the system address map (and so part of the fingerprint)."""
+    doc = target.document()
+    out = {k: _sorted(v, keep_order=(k == "memory")) for k, v in sorted(doc.items())}
+    return json.dumps(out, separators=(",", ":"))
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,
