@@ -1,6 +1,8 @@
 """The host back-end against interpretation: latency of the CPU segments of the zoo's transformers.
 
-The transformers keep their embedding (and, in int8 or on targets without fp16, more) on the CPU.
+ViT-B/16 keeps the guards of its masked softmax on the CPU; the tiny transformers, whose embedding
+is now an NPU gather, have no CPU segment in fp16 on npu-mid (in int8 or on targets without fp16
+they do).
 Each model is compiled for npu-mid with ``host_code=True``; every CPU segment is then run on the
 same inputs (random, of the segment's input types; token ids in range) through the reference
 interpreter (PyTorch, op by op) and through its host module (IREE llvm-cpu, compiled ahead of

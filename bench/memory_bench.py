@@ -5,12 +5,17 @@ npu-mid fp16 and int8 and on the Ethos-U-like systems u55-like-256 and u65-like-
 compiles, profiles (timing tier) and prints per run: cycles and the network lower bound, the
 off-chip bytes (every memory the DMA reaches, flash included: ``Profile.dram_bytes``) over the
 compulsory bytes (weights, inputs and outputs once), the energy per inference, and for each memory
-its bytes, energy and bandwidth use.  The issue's reference figure: MobileNetV2 fp16 on npu-mid
-used 1.796 mJ before memories were data.  Figures only, no assertions.
+its bytes, energy and bandwidth use.  Each model and configuration is compiled in each of the
+``--modes``: ``plain`` (every layer its own kernel, every activation in its memory), ``resident``
+(the memory plan keeps activations in the scratchpad across kernels: ``resident=True``), ``fused``
+(``fuse_layers=True``) and ``fused+resident``; a summary table at the end sets them side by side.
+The issue's reference figure: MobileNetV2 fp16 on npu-mid used 1.796 mJ before memories were
+data.  Figures only, no assertions.
 
     .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
+        [--modes plain,resident,fused,fused+resident]
         [--scratchpad-kib 128]   # the same targets with another scratchpad size (the architect's question)
-        [--resident-kib 128,256] # and with that much of the scratchpad resident across kernels (one run each)
+        [--resident-kib 128,256] # and, plain, with that much of the scratchpad a memory of its own (one run each)
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from npuc.zoo import ZOO, load_model
 
 MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
 CONFIGS = ("npu-mid:fp16", "npu-mid:int8", "u55-like-256:int8", "u65-like-256:int8")
+MODES = {"plain": (False, False), "resident": (False, True), "fused": (True, False), "fused+resident": (True, True)}
 
 
 def resized(target: str, spad_kib: int | None):
@@ -38,20 +44,22 @@ def resized(target: str, spad_kib: int | None):
     return target_from_dict(doc, f"{t.name} with a {spad_kib} KiB scratchpad")
 
 
-def run(model: str, target, dtype: str):
+def run(model: str, target, dtype: str, mode: str = "plain"):
     name = f"torchvision:{model}"
     m, inputs = load_model(name)
     quantize = "int8" if dtype == "int8" else None
     calibration = [ZOO[name].make_inputs(s) for s in (1, 2)] if quantize else None
+    fuse, resident = MODES[mode]
     start = time.perf_counter()
-    art = npuc.compile(m, inputs, target=target, quantize=quantize, calibration=calibration)
+    art = npuc.compile(m, inputs, target=target, quantize=quantize, calibration=calibration, fuse_layers=fuse,
+                       resident=resident)
     compiled = time.perf_counter() - start
     return art.profile(*inputs), compiled
 
 
-def report(model: str, target: str, dtype: str, p, seconds: float) -> None:
+def report(model: str, target: str, dtype: str, p, seconds: float, mode: str = "plain") -> None:
     comp = sum(b for _, b in p.compulsory)
-    print(f"{model:<19} {target:<24} {dtype:<5} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
+    print(f"{model:<19} {target:<24} {dtype:<5} {mode:<15} cycles {p.total_cycles:>12,} (bound {p.lower_bound_cycles:>11,}, "
           f"{p.total_cycles / max(p.lower_bound_cycles, 1):.2f}x)  off-chip {p.dram_bytes:>12,} B / compulsory "
           f"{comp:>11,} B = {p.dram_bytes / comp:.2f}x  energy {p.energy_per_inference_j * 1e3:.3f} mJ  "
           f"[compile {seconds:.0f} s]")
@@ -68,16 +76,41 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--configs", default=",".join(CONFIGS), help="TARGET:DTYPE pairs (dtype fp16 or int8)")
     ap.add_argument("--scratchpad-kib", type=int, default=None, help="give every target this scratchpad size")
-    ap.add_argument("--resident-kib", default="", help="comma list: runs with that much of the scratchpad resident")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--resident-kib", default="", help="comma list: plain runs with that much of the scratchpad a "
+                                                       "memory of its own (a fixed split)")
     args = ap.parse_args()
     residents = [int(r) for r in args.resident_kib.split(",") if r]
+    modes = [x for x in args.modes.split(",") if x]
+    bad = [x for x in modes if x not in MODES]
+    if bad:
+        ap.error(f"unknown mode(s) {', '.join(bad)}; the modes are {', '.join(MODES)}")
+    rows = []
     for model in args.models.split(","):
         for cfg in args.configs.split(","):
             name, dtype = cfg.split(":")
             base = resized(name, args.scratchpad_kib)
-            for target in [base] + [with_resident(base, r * 1024) for r in residents]:
-                p, seconds = run(model, target, dtype)
-                report(model, target.name, dtype, p, seconds)
+            runs = [(base, mode) for mode in modes] + [(with_resident(base, r * 1024), "plain") for r in residents]
+            for target, mode in runs:
+                p, seconds = run(model, target, dtype, mode)
+                report(model, target.name, dtype, p, seconds, mode)
+                rows.append((model, target.name, dtype, mode, p))
+    summary(rows)
+
+
+def summary(rows) -> None:
+    """One line per run: off-chip bytes over compulsory, cycles, energy; beside the plain run."""
+    print()
+    print(f"{'model':<19} {'target':<24} {'dtype':<5} {'mode':<15} {'off-chip MB':>11} {'ratio':>6} "
+          f"{'cycles':>11} {'x plain':>7} {'energy mJ':>9} {'x plain':>7}")
+    plain = {(m, t, d): p for m, t, d, mode, p in rows if mode == "plain"}
+    for m, t, d, mode, p in rows:
+        comp = sum(b for _, b in p.compulsory)
+        base = plain.get((m, t, d))
+        rc = f"{p.total_cycles / base.total_cycles:7.2f}" if base else f"{'':>7}"
+        re = f"{p.energy_pj / base.energy_pj:7.2f}" if base else f"{'':>7}"
+        print(f"{m:<19} {t:<24} {d:<5} {mode:<15} {p.dram_bytes / 1e6:11.2f} {p.dram_bytes / comp:6.2f} "
+              f"{p.total_cycles:11,} {rc} {p.energy_per_inference_j * 1e3:9.3f} {re}")
 
 
 if __name__ == "__main__":

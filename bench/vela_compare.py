@@ -18,7 +18,7 @@ npuc's side runs on the presets ``u55-like-256`` and ``u65-like-256``; ``--targe
 (and ``u65=PATH``) names other npuc target files instead, to ask what another memory system buys.
 
     python bench/vela_compare.py [--quick] [--target-file u55=PATH --target-file u65=PATH]
-        [--systems u55,u65] [--layers] [--check] [--calibration 4] [--json PATH]
+        [--systems u55,u65] [--layers] [--fuse-layers] [--check] [--calibration 4] [--json PATH]
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def resolve_targets(args) -> dict:
     return out
 
 
-def npuc_figures(g, target) -> dict:
+def npuc_figures(g, target, fuse_layers: bool = False, per_layer: bool = False) -> dict:
     from npuc.artifact import compile_graph, zero_inputs
 
-    art = compile_graph(g, target, quantize="int8")
+    art = compile_graph(g, target, quantize="int8", fuse_layers=fuse_layers)
     prof = art.profile(*zero_inputs(art))
     doc = {"cycles": prof.total_cycles, "npu_cycles": prof.npu_cycles, "dram_bytes": prof.dram_bytes,
            "off_chip_bytes": prof.dram_bytes, "macs": prof.macs, "energy_pj": prof.energy_pj,
@@ -78,13 +78,56 @@ def npuc_figures(g, target) -> dict:
         mems = prof.memory_figures()
         doc["memories"] = {m["memory"]: {"kind": m["kind"], "bytes": m["read_bytes"] + m["write_bytes"]} for m in mems}
         doc["off_chip_bytes"] = sum(m["read_bytes"] + m["write_bytes"] for m in mems if m["kind"] in OFF_CHIP_KINDS)
+    ws = art.npub.weight_streams
+    doc["weights"] = {"blob_bytes": len(art.npub.constants), "saved_bytes": ws.saved_bytes if ws else 0,
+                      "compressed_raw_bytes": sum(c.raw_bytes for c in ws.constants) if ws else 0,
+                      "compressed_stored_bytes": sum(c.stored_bytes for c in ws.constants) if ws else 0,
+                      "streams": len(ws.streams) if ws else 0}
+    if per_layer:
+        names = [m.name for m in target.memories]
+        split = weight_traffic(art)
+        doc["layers"] = [{"name": lp.name, "op": lp.op, "kind": lp.kind, "cycles": lp.cycles, "macs": lp.macs,
+                          "lower_bound_cycles": lp.lower_bound_cycles, "off_chip_bytes": lp.dram_bytes,
+                          "memory_bytes": {n: r + w for n, r, w in zip(names, lp.memory_read_bytes, lp.memory_write_bytes)},
+                          **split.get(lp.name, {"weight_bytes": 0, "weight_distinct_bytes": 0})}
+                         for lp in prof.layers]
     return doc
+
+
+def weight_traffic(art) -> dict[str, dict[str, int]]:
+    """Per layer: the DMA-side bytes (whole bursts) its loads read from the constants region, and
+    the bytes of the distinct blocks they read (about the layer's weights, stored form)."""
+    from npuc.isa.enums import Mem
+    from npuc.report.profile import executed, program_labels
+
+    n, target = art.npub, art.target
+    lo = next(r.offset for r in n.memory_plan.regions if r.name == "constants")
+    hi = lo + len(n.constants)
+    out: dict[str, dict[str, int]] = {}
+    seen: set = set()
+    for i, program in enumerate(art.programs):
+        labels = program_labels(n.debug_map[i] if n.debug_map else (), len(program))
+        dynamic, labs = executed(program, labels)
+        for ins, lab in zip(dynamic, labs):
+            if not ins.op.startswith("DMA_LOAD"):
+                continue
+            r = next(x for x in ins.defn.regions(ins.args) if x.mem is Mem.dram)
+            if not (lo <= r.addr < hi):
+                continue
+            w = target.window_at(r.addr)
+            row = out.setdefault(lab or "(program)", {"weight_bytes": 0, "weight_distinct_bytes": 0})
+            row["weight_bytes"] += r.burst_bytes(w.memory.burst_bytes)
+            key = (r.addr, r.shape, r.strides)
+            if key not in seen:
+                seen.add(key)
+                row["weight_distinct_bytes"] += r.nbytes
+    return out
 
 
 def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict:
     model, example = vp.NETWORKS[name]()
     g = vp.int8_graph(model, example, target, vp.calibration_samples(name, args.calibration, example), name)
-    ours = npuc_figures(g, target)
+    ours = npuc_figures(g, target, fuse_layers=args.fuse_layers, per_layer=args.layers)
     spec = vp.tflite_spec(g)
     theirs = vela.compile(vela.write(spec, f"{name}-{system}"), system, per_layer=args.layers)
     doc = {"network": name, "system": system, "npuc_target": target.name, "vela_system": list(vp.SYSTEMS[system]),
@@ -102,7 +145,7 @@ def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict
                                "text": str(agreement)}
     if args.layers:
         doc["vela_layers"] = [{"name": r["Name"], "op": r["NNG Operator"], "cycles": int(float(r["Op Cycles"])),
-                               "mac_util_percent": float(r["Util% (MAC)"])} for r in theirs.layers]
+                               "mac_util_percent": float(r["Util% (MAC)"]), "row": dict(r)} for r in theirs.layers]
     return doc
 
 
@@ -117,6 +160,13 @@ def print_row(d: dict) -> None:
     if "memories" in n:
         per = ", ".join(f"{name} ({m['kind']}) {m['bytes']:,} B" for name, m in n["memories"].items())
         print(f"{'':<13} npuc per memory: {per}; Profile.dram_bytes {n['dram_bytes']:,} B")
+    w = n["weights"]
+    if w["compressed_raw_bytes"]:
+        print(f"{'':<13} npuc weights: {w['streams']:,} streams, {w['compressed_raw_bytes']:,} B of weights stored in "
+              f"{w['compressed_stored_bytes']:,} B ({w['compressed_stored_bytes'] / w['compressed_raw_bytes']:.3f}); "
+              f"constants {w['blob_bytes'] - w['saved_bytes']:,} of {w['blob_bytes']:,} B")
+    else:
+        print(f"{'':<13} npuc weights: none compressed (constants {w['blob_bytes']:,} B)")
     for note in d["notes"]:
         print(f"{'':<13} note: {note}")
     if "tflite_check" in d:
@@ -124,6 +174,11 @@ def print_row(d: dict) -> None:
     for layer in d.get("vela_layers", ()):
         print(f"{'':<13}   vela {layer['name'][:30]:<30} {layer['op']:<18} {layer['cycles']:>10,} cycles "
               f"{layer['mac_util_percent']:>6.1f}% MAC use")
+    for layer in n.get("layers", ()):
+        per = ", ".join(f"{k} {b:,}" for k, b in layer["memory_bytes"].items())
+        print(f"{'':<13}   npuc {layer['name'][:30]:<30} {layer['kind'][:18]:<18} {layer['cycles']:>10,} cycles "
+              f"(bound {layer['lower_bound_cycles']:,}) {per} B; weights read {layer['weight_bytes']:,} B "
+              f"of {layer['weight_distinct_bytes']:,}")
 
 
 def main() -> None:
@@ -132,7 +187,8 @@ def main() -> None:
     ap.add_argument("--networks", help=f"comma-separated, of: {', '.join(ALL)}")
     ap.add_argument("--systems", default="u55,u65", help="comma-separated, of: u55, u65")
     ap.add_argument("--target-file", action="append", metavar="SYSTEM=PATH", help="npuc target file for a system")
-    ap.add_argument("--layers", action="store_true", help="Vela's per-layer figures too")
+    ap.add_argument("--layers", action="store_true", help="Vela's and npuc's per-layer figures too")
+    ap.add_argument("--fuse-layers", action="store_true", help="compile npuc's side with fusion across layers")
     ap.add_argument("--check", action="store_true",
                     help="run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc's reference")
     ap.add_argument("--calibration", type=int, default=4, help="int8 calibration samples")

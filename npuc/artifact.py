@@ -269,6 +269,7 @@ def compile(  # noqa: A001 (the API's name)
     on_stage: Callable[[str], None] | None = None,
     host_code: bool = False,
     fuse_layers: bool = False,
+    resident: bool = False,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -295,6 +296,9 @@ def compile(  # noqa: A001 (the API's name)
     in stripes as ``fused_chain`` kernels, their intermediates on chip -- fewer off-chip bytes and
     less energy, but today more cycles (the stripes are single-buffered) and a slower compile, so
     it is not the default; ``False`` compiles every layer as its own kernel.
+    ``resident=True`` lets the memory plan keep activations in the scratchpad across kernels
+    where the cost model finds it saves energy (docs/compiler.md, "Tensors kept on chip"); the
+    kernels then plan in the rest of the scratchpad.
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
@@ -342,7 +346,8 @@ def compile(  # noqa: A001 (the API's name)
     g = run_graph_passes(g, print_after=[n for n in graph_names if n not in FRONT_STAGES], records=records,
                          **runner_opts)
     packaged = run_backend(g, tgt, precision, model_name=name or g.name, print_after=backend_names,
-                           records=records, on_stage=on_stage, fuse_layers=fuse_layers, **runner_opts)
+                           records=records, on_stage=on_stage, fuse_layers=fuse_layers, resident=resident,
+                           **runner_opts)
     if host_code and on_stage is not None:
         on_stage("host code")
     return _artifact(packaged, tgt, records, host_code)
@@ -410,7 +415,7 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
 
 
 def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, fuse_layers: bool = False,
-                  **runner_opts: Any) -> Artifact:
+                  resident: bool = False, **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision
@@ -419,7 +424,8 @@ def compile_graph(g, target=None, quantize: str | None = None, host_code: bool =
     tgt = resolve_target(target)
     records: list = []
     precision = choose_precision(tgt, quantize)
-    packaged = run_backend(g, tgt, precision, records=records, fuse_layers=fuse_layers, **runner_opts)
+    packaged = run_backend(g, tgt, precision, records=records, fuse_layers=fuse_layers, resident=resident,
+                           **runner_opts)
     return _artifact(packaged, tgt, records, host_code)
 
 

@@ -175,15 +175,6 @@ def ops_cmd(write, onnx_ops, as_json):
         console.print(f"wrote {write}")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    import os
-
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _onnx_ops(write) -> None:
     from npuc.frontend.onnx_import import require_onnx
 
@@ -201,7 +192,7 @@ def _onnx_ops(write) -> None:
     if write is not None:
         from npuc.conformance.onnx_doc import onnx_ops_markdown
 
-        _write_atomic(write, onnx_ops_markdown().encode())
+        write_atomic(write, onnx_ops_markdown(), "the ONNX operators table")
         console.print(f"wrote {write}")
 
 
@@ -220,6 +211,7 @@ def export_mlir_cmd(model, output, dialect, input_shape):
     from npuc.pipeline import run_graph_passes
     from npuc.zoo import load_model
 
+    check_output_path(output, "the MLIR text")
     module, inputs = load_model(model, _shapes(input_shape))
     with console.status(f"importing {model}"):
         g = run_graph_passes(import_graph(module, inputs, name=model))
@@ -359,11 +351,14 @@ def _stage_progress(status):
 @click.option("--fuse-layers", is_flag=True,
               help="Run chains of layers depth-first in stripes with their intermediates on chip (the cascade "
                    "stage): fewer off-chip bytes and less energy, today more cycles.")
+@click.option("--resident", is_flag=True,
+              help="Let the memory plan keep activations in the scratchpad across kernels where the cost model "
+                   "finds it saves energy (the kernels tile in the rest of it).")
 @input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,
                 observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json, host_code,
-                fuse_layers, input_shape):
+                fuse_layers, resident, input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
 
@@ -375,7 +370,7 @@ def compile_cmd(model, target, output, quantize, calibration, calibration_data, 
         art = npuc.compile(module, inputs, target=target, quantize=options, calibration=samples, name=model,
                            on_stage=None if status is None else _stage_progress(status), print_after=print_after,
                            print_after_all=print_after_all, dump_dir=dump_dir, host_code=host_code,
-                           fuse_layers=fuse_layers)
+                           fuse_layers=fuse_layers, resident=resident)
         art.save(output)
     report = art.report
     if as_json:

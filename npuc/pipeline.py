@@ -388,6 +388,7 @@ class Compiled:
 
     plan: Any
     codes: tuple
+    weight_compression: Any = None  # npuc.codegen.weight_compression.WeightCompression
 
 
 @dataclass(frozen=True, eq=False)
@@ -399,12 +400,15 @@ class Packaged:
 
 
 def backend_stages(target: Any, precision: Any, model_name: str,
-                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = False) -> list[Stage]:
+                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = False,
+                   resident: bool = False) -> list[Stage]:
     """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged);
-    ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on)."""
-    from npuc.codegen.driver import code_text, compile_segment
+    ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on);
+    ``resident=True`` lets the memory plan keep activations in the scratchpad across kernels."""
+    from npuc.codegen.driver import code_text, emit_segment, finish_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
+    from npuc.codegen.weight_compression import compress_weight_loads
     from npuc.isa.enums import DType
     from npuc.kir.program import NpuSegment
     from npuc.kir.text import print_lowered
@@ -424,10 +428,15 @@ def backend_stages(target: Any, precision: Any, model_name: str,
 
     def codegen(plan: Any) -> Compiled:
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
-        return Compiled(plan, tuple(compile_segment(s, target) for s in segs))
+        emitted = [emit_segment(s, target, plan.kernel_splits(i), prefetch=resident) for i, s in enumerate(segs)]
+        programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
+        if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
+            plan = replace(plan, constants=blob)
+        codes = tuple(finish_segment(e, prog) for e, prog in zip(emitted, programs))
+        return Compiled(plan, codes, compression)
 
     def package(c: Compiled) -> Packaged:
-        return Packaged(build_npub(c.plan, c.codes, model_name), c)
+        return Packaged(build_npub(c.plan, c.codes, model_name, compression=c.weight_compression), c)
 
     def check_plan(p: Any) -> None:
         try:
@@ -443,7 +452,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
         Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
         Stage("cascade", announce("cascade", cascade if fuse_layers else (lambda m: m)), verify_lowered, print_lowered),
-        Stage("memory_plan", announce("memory_plan", plan_memory), check_plan, memory_plan_text),
+        Stage("memory_plan", announce("memory_plan", lambda m: plan_memory(m, resident)), check_plan, memory_plan_text),
         Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),
         Stage("package", announce("package", package), lambda p: validate_npub(p.npub), _package_text),
     ]
@@ -481,9 +490,10 @@ def run_backend(
     records: list[StageRecord] | None = None,
     on_stage: Callable[[str], None] | None = None,
     fuse_layers: bool = False,
+    resident: bool = False,
 ) -> Packaged:
-    """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``:
-    see :func:`backend_stages`)."""
+    """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``,
+    ``resident``: see :func:`backend_stages`)."""
     opts = RunOptions(verify_each, tuple(print_after), print_after_all, dump_dir, out or sys.stdout, records)
-    stages = backend_stages(target, precision, model_name or g.name, on_stage, fuse_layers)
+    stages = backend_stages(target, precision, model_name or g.name, on_stage, fuse_layers, resident)
     return run_stages(g, stages, opts, first_index=len(GRAPH_PASSES) + 1)

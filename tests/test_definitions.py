@@ -81,7 +81,7 @@ def test_commutative_means_the_reference_is_symmetric(op):
 def test_image_traits():
     assert IMAGE_CONSUMERS == {"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "upsample_nearest2d",
                                "conv_transpose2d",
-                               "qconv2d", "qavg_pool2d"}
+                               "qconv2d", "qconv_transpose2d", "qavg_pool2d"}
     assert IMAGE_PRODUCERS == IMAGE_CONSUMERS | {"batch_norm"}
     for op in all_ops():  # an elementwise result keeps the layout unless it is bool
         if op.category == "elementwise" and op.has(Trait.UNARY) | op.has(Trait.BINARY):

@@ -42,27 +42,70 @@ def plan_kernel(lk: LKernel, target) -> Plan:
         raise CompileError(f"layer {lk.name} ({'+'.join(lk.ops)}){where} cannot be compiled: {e}") from None
 
 
-def compile_segment(seg: NpuSegment, target) -> SegmentCode:
-    """Plan and emit every kernel of ``seg`` into one program."""
+@dataclass(frozen=True, eq=False)
+class EmittedSegment:
+    """One NPU segment emitted, before rerolling: its instructions, their labels, the plans, and
+    the scratchpad bytes each kernel's plan sits above (prefetch base plus on-chip split)."""
+
+    segment: NpuSegment
+    instrs: tuple
+    labels: tuple[str, ...]
+    plans: tuple[Plan, ...]
+    spad_offsets: tuple[int, ...]
+    loops: tuple[tuple[int, int, int], ...] = ()  # the loop nests emitted (Emitter.loops)
+
+
+def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> EmittedSegment:
+    """Plan and emit every kernel of ``seg`` into one unrolled instruction stream; ``splits``: per
+    kernel, the top bytes of the scratchpad that hold the memory plan's on-chip tensors while it
+    runs (it plans in the rest and reaches those tensors through
+    :class:`~npuc.codegen.local_memory.LocalEmitter`); ``prefetch``: each kernel's scratchpad
+    beside the previous one's where both fit, so that its first loads (its weights) run during
+    the previous kernel (:mod:`npuc.codegen.prefetch`)."""
+    from npuc.codegen.kernels.fused_chain import with_scratchpad
+    from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+    from npuc.codegen.prefetch import ShiftedEmitter, scratchpad_bases
+
     em = Emitter(target)
-    plans = []
-    for lk in seg.kernels:
-        plan = plan_kernel(lk, target)
-        plans.append(plan)
+    size = target.scratchpad.size_bytes
+    splits = tuple(splits) or (0,) * len(seg.kernels)
+    targets = [with_scratchpad(target, size - r) if r else target for r in splits]
+    plans = [plan_kernel(lk, t) for lk, t in zip(seg.kernels, targets)]
+    limits = [size - r for r in splits]
+    bases = scratchpad_bases([p.spad_bytes for p in plans], limits) if prefetch else [0] * len(plans)
+    top = max(splits, default=0)
+    window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
+    for lk, plan, base, kt, limit in zip(seg.kernels, plans, bases, targets, limits):
+        kem = LocalEmitter(em, kt, window) if window else em
         try:
             with em.source(lk.name):
-                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, em)
+                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, ShiftedEmitter(kem, kt, base, limit) if base else kem)
         except CompileError as e:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
-    rolled, labels = roll(program.instrs, labels, em.loops)
+    offsets = tuple(b + r for b, r in zip(bases, splits))
+    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets, tuple(em.loops))
+
+
+def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
+    """The emitted segment (with ``instrs`` in place of its own: the same count, labels
+    unchanged) rolled into its program: its loop nests written as LOOPs, the rest rerolled
+    (:func:`npuc.codegen.reroll.roll`, which checks every nest against the instructions, so an
+    instruction rewritten in place only ends a LOOP early)."""
+    seg, plans = e.segment, e.plans
+    rolled, labels = roll(e.instrs if instrs is None else instrs, e.labels, e.loops)
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
-    spad = max((p.spad_bytes for p in plans), default=0)
+    spad = max((p.spad_bytes + off for p, off in zip(plans, e.spad_offsets)), default=0)
     acc = max((p.acc_bytes for p in plans), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
+
+
+def compile_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> SegmentCode:
+    """Plan and emit every kernel of ``seg`` into one program (no weight compression)."""
+    return finish_segment(emit_segment(seg, target, splits, prefetch))
 
 
 def debug_entries(labels: tuple[str, ...], locs: dict[str, str | None]) -> tuple[DebugEntry, ...]:

@@ -27,6 +27,7 @@ naming the sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -78,9 +79,21 @@ class MemoryPlanResult:
     activation_peak: int                            # over every memory
     activation_naive: int
     memories: tuple[MemoryUse, ...] = ()            # one per memory of the target, in its order
+    resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors (the most)
+    on_chip: Any = None                             # the choice (npuc.codegen.resident_plan.OnChip)
+    staged: Any = None                              # weights staged: constant -> (reader, saving pJ)
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
+
+    def kernel_splits(self, segment: int) -> tuple[int, ...]:
+        """Per kernel of NPU segment ``segment`` (counted among NPU segments): the top bytes of
+        the scratchpad it leaves to the tensors kept on chip (0 without any)."""
+        segs = [s for s in self.model.segments if isinstance(s, NpuSegment)]
+        if self.on_chip is None or not self.on_chip.kernel_split:
+            return (0,) * len(segs[segment].kernels)
+        start = sum(len(s.kernels) for s in segs[:segment])
+        return tuple(self.on_chip.kernel_split[start:start + len(segs[segment].kernels)])
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_offsets", {p.buffer.name: p.offset for p in self.placed})
@@ -121,9 +134,30 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in life.items()}
 
 
-def plan_memory(m: LoweredModel) -> MemoryPlanResult:
-    """Place every buffer of ``m`` and relocate its kernels to absolute addresses."""
+def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
+    """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
+    first stage the weights that a kernel re-reads from a slow memory in a faster one
+    (``npuc.codegen.weight_staging``, when the staged copies fit) and let the cost model keep
+    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``)."""
+    if resident:
+        from npuc.codegen.weight_staging import stage_weights
+
+        staged_model, staged = stage_weights(m)
+        if staged:
+            try:
+                return replace(_plan(staged_model, True), staged=staged)
+            except CompileError:
+                pass  # the staged copies do not fit beside the activations: plan without them
+    return _plan(m, resident)
+
+
+def _plan(m: LoweredModel, resident: bool) -> MemoryPlanResult:
+    from npuc.codegen.local_memory import RESIDENT_BASE
+    from npuc.codegen.resident_plan import choose_on_chip
+
     t = m.target
+    on_chip = choose_on_chip(m) if resident else None
+    kept = on_chip.offsets if on_chip is not None else {}
     placed: list[Placed] = []
     regions: list[tuple[str, str, int, int]] = []
     top = {mem.name: 0 for mem in t.memories}  # bytes used from each window's base
@@ -131,7 +165,7 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
     blob, consts = _pack_constants(m)
     const_size = align(len(blob))
     life = lifetimes(m)
-    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life]
+    acts = [b for b in m.buffers if b.kind == ACTIVATION and b.name in life and b.name not in kept]
     io = [b for kind in (INPUT, OUTPUT) for b in m.buffers if b.kind == kind]
     if len(t.memories) == 1:
         _check_fits_one(m, const_size, sum(align(b.nbytes) for b in io), greedy_by_size(acts, life)[1])
@@ -175,12 +209,17 @@ def plan_memory(m: LoweredModel) -> MemoryPlanResult:
     if acts:
         _refuse(m, f"{len(acts)} activations ({sum(align(b.nbytes) for b in acts):,} bytes) that fit no memory "
                    "beside what the plan already placed", 0, "activations", top, const_size)
+    if kept:  # offsets from the top of the scratchpad
+        spad_end = RESIDENT_BASE + t.scratchpad.size_bytes
+        placed += [Placed(b, spad_end - kept[b.name] - align(b.nbytes), *life[b.name], memory="scratchpad")
+                   for b in m.buffers if b.name in kept]
     arena = max(t.window_of(n).base + used for n, used in top.items() if used) if any(top.values()) else 0
     naive = sum(align(b.nbytes) for b in m.buffers if b.kind == ACTIVATION and b.name in life)
     offs = {p.buffer.name: p.offset for p in placed}
     model = relocate(m, offs)
     memories = tuple(MemoryUse(n, u["constants"], u["io"], u["activations"], top[n]) for n, u in use.items())
-    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories)
+    return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories,
+                            on_chip.resident_bytes if kept else 0, on_chip)
 
 
 def _pack_constants(m: LoweredModel) -> tuple[bytes, list[tuple[Buffer, int]]]:
@@ -279,10 +318,35 @@ def memory_plan_text(p: MemoryPlanResult) -> str:
                      f"activations peak {u.activations:,} B; {u.used:,} B used")
     for name, kind, off, size in p.regions:
         lines.append(f"  region {name:<12} {kind:<12} [0x{off:x}, 0x{off + size:x})  {size:,} B")
+    lines += _on_chip_lines(p)
+    for c, (reader, saved) in sorted((p.staged or {}).items()):
+        lines.append(f"  staged: {c} copied to a faster memory before {reader} (estimated saving {saved / 1e6:.3f} uJ)")
     for pl in sorted(p.placed, key=lambda x: (x.offset, x.buffer.name)):
+        if pl.memory == "scratchpad":
+            continue
         life = f"  steps {pl.first}..{pl.last}" if pl.first >= 0 else ""
         lines.append(f"  0x{pl.offset:08x} {pl.buffer.nbytes:>12,} B  {pl.buffer.kind:<10} {pl.memory:<8} {pl.buffer.name}{life}")
     return "\n".join(lines) + "\n"
+
+
+def _on_chip_lines(p: MemoryPlanResult) -> list[str]:
+    """The split of the scratchpad and every tensor kept on chip, with its lifetime."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+
+    c = p.on_chip
+    if c is None:
+        return []
+    tried = ", ".join(f"{r // 1024} KiB {e / 1e6:.3f} uJ" if r % 1024 == 0 else f"{r:,} B {e / 1e6:.3f} uJ"
+                      for r, e in c.considered)
+    lines = [f"  on chip: up to {p.resident_bytes:,} B at the top of the scratchpad keep {len(c.offsets)} activations "
+             f"across kernels (estimated {c.energy_pj / 1e6:.3f} uJ against {c.baseline_pj / 1e6:.3f} uJ with none; "
+             f"largest splits tried {tried})"]
+    if c.kernel_split:
+        lines.append("  on chip: bytes each kernel leaves, in program order: " + " ".join(str(x) for x in c.kernel_split))
+    for pl in sorted((x for x in p.placed if x.memory == "scratchpad"), key=lambda x: (x.first, x.offset)):
+        lines.append(f"  spad 0x{pl.offset - RESIDENT_BASE:06x} {pl.buffer.nbytes:>10,} B  {pl.buffer.kind:<10} scratchpad "
+                     f"{pl.buffer.name}  steps {pl.first}..{pl.last}  saves {c.saved_pj[pl.buffer.name] / 1e6:.3f} uJ")
+    return lines
 
 
 def check_no_overlap(p: MemoryPlanResult) -> None:

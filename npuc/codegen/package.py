@@ -35,6 +35,7 @@ from npuc.runtime.npub import (
     Segment,
     SegmentKind,
     SramUsage,
+    WeightStreams,
 )
 
 
@@ -42,13 +43,28 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def _sorted(obj, keep_order: bool = False):
+    """``obj`` with every mapping's keys sorted, except where ``keep_order``."""
+    if isinstance(obj, dict):
+        keys = list(obj) if keep_order else sorted(obj)
+        return {k: _sorted(obj[k]) for k in keys}
+    if isinstance(obj, (list, tuple)):
+        return [_sorted(v) for v in obj]
+    return obj
+
+
 def target_json(target) -> str:
-    return canonical_json(target.document())
+    """The target's document as canonical JSON: keys sorted, except the ``memory`` tables, whose
+    order is the order of the system address map (and so part of the fingerprint)."""
+    doc = target.document()
+    out = {k: _sorted(v, keep_order=(k == "memory")) for k, v in sorted(doc.items())}
+    return json.dumps(out, separators=(",", ":"))
 
 
 def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_name: str, *,
-               extra: dict[str, str] | None = None) -> Npub:
-    """The container of a planned, compiled model."""
+               extra: dict[str, str] | None = None, compression: WeightStreams | None = None) -> Npub:
+    """The container of a planned, compiled model (``compression``: the weight streams the
+    codegen stored in the blob, npuc.codegen.weight_compression)."""
     import npuc
 
     m = plan.model
@@ -79,10 +95,13 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
     meta = {
         "npuc.target": target_json(target),
-        "npuc.layers": canonical_json([[_layer(lk, target) for lk in c.segment.kernels] for c in codes]),
+        "npuc.layers": canonical_json([[_layer(lk, target, compression) for lk in c.segment.kernels] for c in codes]),
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
+    on_chip = _on_chip_meta(plan)
+    if on_chip:
+        meta["npuc.on_chip"] = canonical_json(on_chip)
     meta.update(extra or {})
     return Npub(
         target_name=target.name,
@@ -95,18 +114,42 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
         cpu_fallback=tuple(cpu),
         debug_map=tuple(c.debug for c in codes),
         metadata=Metadata(npuc.__version__, model_name, tuple(sorted(meta.items()))),
+        weight_streams=compression if compression is not None and compression.constants else None,
     )
 
 
-def _layer(lk, target) -> list:
+def _on_chip_meta(plan: MemoryPlanResult) -> list:
+    """[[buffer, scratchpad address, bytes, first step, last step]] of the tensors the memory
+    plan keeps on chip (``npuc inspect`` prints them)."""
+    from npuc.codegen.local_memory import RESIDENT_BASE
+
+    return [[p.buffer.name, p.offset - RESIDENT_BASE, p.buffer.nbytes, p.first, p.last]
+            for p in sorted(plan.placed, key=lambda x: (x.first, x.offset, x.buffer.name)) if p.memory == "scratchpad"]
+
+
+def _layer(lk, target, compression: WeightStreams | None = None) -> list:
     k = lk.kernel
-    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes(), _compulsory_per_memory(lk, target)]
+    per = _compulsory_per_memory(lk, target, compression)
+    saved = sum(n - _stored(addr, n, compression) for (_, addr, _, _), n in lk.compulsory().items())
+    return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes() - saved, per]
 
 
-def _compulsory_per_memory(lk, target) -> list:
-    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in."""
+def _stored(addr: int, n: int, compression: WeightStreams | None) -> int:
+    """Compulsory bytes of a tensor at ``addr``: its stream bytes when its constant is compressed
+    (rounded down, so that the bound stays a bound)."""
+    return n if compression is None else int(n * compression.stored_fraction(addr))
+
+
+def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None) -> list:
+    """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in
+    (a tensor the memory plan keeps in the scratchpad is in none and moves no DMA bytes)."""
+    from npuc.codegen.local_memory import is_resident_address
+
     per: dict[str, int] = {}
     for (_, addr, _, _), n in lk.compulsory().items():
+        if is_resident_address(addr):
+            continue
+        n = _stored(addr, n, compression)
         w = target.window_at(addr)
         name = w.memory.name if w is not None else target.activation_memory.name
         per[name] = per.get(name, 0) + n

@@ -73,7 +73,7 @@ def _group_norm(ctx: ConvertContext, a: dict) -> tuple:
 
 
 @rule("group_norm", "aten._native_batch_norm_legit.no_stats")
-def _batch_norm_no_stats(ctx: ConvertContext, a: dict) -> tuple:
+def batch_norm_no_stats(ctx: ConvertContext, a: dict) -> tuple:
     """Batch statistics of the input itself: instance norm (PyTorch folds the batch into the
     channels, so N = 1) is a group norm with one channel per group."""
     x = ctx.value(a["input"])

@@ -15,6 +15,8 @@ non-negative.  Shapes come from torch.export's recorded example values, so resha
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,7 +47,8 @@ ATEN_TABLE: dict[str, AtenRule] = {}
 # export, npuc.frontend.importer.import_graph_module): core-ATen exports never contain them.
 TRAINING_IR_OPS = frozenset({
     "aten.conv2d.default", "aten.conv1d.default", "aten.flatten.using_ints", "aten.reshape.default",
-    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default",
+    "aten.dropout.default", "aten.batch_norm.default", "aten.native_batch_norm.default", "aten.to.dtype",
+    "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar",
 })
 
 
@@ -129,8 +132,10 @@ def _dropout(ctx: ConvertContext, a: dict) -> Value:
     return ctx.value(a["input"])
 
 
-@rule("cast", "aten._to_copy.default")
+@rule("cast", "aten._to_copy.default", "aten.to.dtype")
 def _to_copy(ctx: ConvertContext, a: dict) -> Value:
+    """A cast (``aten.to.dtype`` is torch.export's training IR, read directly rather than
+    decomposed node by node)."""
     return ctx.value(a["self"], ctx.out_dtype())
 
 
@@ -300,8 +305,10 @@ rule("logical_or", "aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar")(_logical(
 rule("ne", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar")(_logical("ne", True))
 
 
-@rule("where", "aten.where.self")
+@rule("where", "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def _where(ctx: ConvertContext, a: dict) -> Value:
+    """``where``; a scalar operand (the training IR's ``where.ScalarOther`` and kin) becomes a
+    0-d constant of the result's dtype."""
     dt = ctx.out_dtype()
     cond = ctx.value(a["condition"], torch.bool)
     return ctx.add("where", (cond, ctx.value(a["self"], dt), ctx.value(a["other"], dt)))
@@ -393,7 +400,12 @@ def _batch_norm(ctx: ConvertContext, a: dict) -> tuple:
 
 @rule("batch_norm", "aten.native_batch_norm.default")
 def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
-    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval)."""
+    """The decomposition of torch.export's training-IR ``batch_norm`` (a QAT model moved to eval,
+    or an instance norm: batch statistics and no running ones)."""
+    if _input_statistics(a):
+        from npuc.frontend.aten_models import batch_norm_no_stats
+
+        return batch_norm_no_stats(ctx, a)
     if a["training"]:
         raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
     return _batch_norm(ctx, a)
@@ -401,10 +413,21 @@ def _native_batch_norm(ctx: ConvertContext, a: dict) -> tuple:
 
 @rule("batch_norm", "aten.batch_norm.default")
 def _batch_norm_training_ir(ctx: ConvertContext, a: dict) -> Value:
-    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode."""
+    """torch.export's training IR (a converted PT2E model): batch_norm in eval mode (or with
+    batch statistics and no running ones: an instance norm)."""
+    if _input_statistics(a):
+        from npuc.frontend.aten_models import batch_norm_no_stats
+
+        return batch_norm_no_stats(ctx, a)[0]
     if a["training"]:
         raise Unsupported("batch_norm in training mode updates its statistics; move the model to eval first")
     return _batch_norm_value(ctx, a)
+
+
+def _input_statistics(a: dict) -> bool:
+    """A batch norm normalizing by its input's own statistics, keeping no running ones (what an
+    instance norm decomposes to): it updates no state, unlike one in training mode."""
+    return bool(a["training"]) and a["running_mean"] is None and a["running_var"] is None
 
 
 def _batch_norm_value(ctx: ConvertContext, a: dict) -> Value:
@@ -697,22 +720,51 @@ def _index_select(ctx: ConvertContext, a: dict) -> Value:
     return ctx.reshape(picked, ctx.out_shape())
 
 
-@rule("index_select, reshape", "aten.index.Tensor")
+@rule("index_select, reshape, permute, where, lt, add, mul", "aten.index.Tensor")
 def _index(ctx: ConvertContext, a: dict) -> Value:
-    """``x[..., idx]`` with one integer index tensor: an index_select on that dimension."""
+    """``x[i0, i1, ...]``, advanced indexing by integer tensors (``None`` for a ``:``): each index
+    counted from the end where negative (``where(i < 0, i + n, i)``, as PyTorch), the indexed
+    dims made one (moved to the front first when they are not adjacent, as PyTorch places the
+    result's broadcast index dims), the flat index ``sum_k i_k * stride_k`` (broadcast), then one
+    ``index_select`` of that dim."""
     x = ctx.value(a["self"])
     indices = list(a["indices"])
     used = [i for i, t in enumerate(indices) if t is not None]
-    if len(used) != 1:
-        raise Unsupported("advanced indexing with several index tensors has no graph op (one is supported)")
-    dim = used[0]
-    if ctx.dtype_of(indices[dim]) == torch.bool:
+    if not used:
+        return x
+    if any(ctx.dtype_of(indices[d]) in (torch.bool, torch.uint8) for d in used):
         raise Unsupported("indexing by a boolean mask gives a data-dependent shape")
-    index = ctx.value(indices[dim])
-    flat = ctx.reshape(index, (index.type.numel,))
-    picked = ctx.add("index_select", (x, flat), dim=dim)
-    shape = (*x.type.shape[:dim], *index.type.shape, *x.type.shape[dim + 1:])
-    return ctx.reshape(picked, shape)
+    shape = x.type.shape
+    if used != list(range(used[0], used[-1] + 1)):
+        rest = [d for d in range(x.type.rank) if d not in used]
+        x = ctx.add("permute", (x,), perm=tuple(used + rest))
+        shape, used = tuple(shape[d] for d in used + rest), list(range(len(used)))
+        idx = [ctx.value(indices[d]) for d in sorted(i for i, t in enumerate(indices) if t is not None)]
+    else:
+        idx = [ctx.value(indices[d]) for d in used]
+    first, sizes = used[0], [shape[d] for d in used]
+    flat = None
+    for k, (i, n) in enumerate(zip(idx, sizes)):
+        term = _wrapped(ctx, i, n)
+        stride = math.prod(sizes[k + 1:])
+        if stride != 1:
+            term = ctx.add("mul", (term, _int_const(ctx, i, stride)))
+        flat = term if flat is None else ctx.add("add", (flat, term))
+    bshape = tuple(ctx.type_of(flat).shape)
+    pre, post = shape[:first], shape[first + len(used):]
+    x = ctx.reshape(x, pre + (math.prod(sizes),) + post)
+    picked = ctx.add("index_select", (x, ctx.reshape(flat, (math.prod(bshape),))), dim=first)
+    return ctx.reshape(picked, pre + bshape + post)
+
+
+def _int_const(ctx: ConvertContext, like: Value, value: int) -> Value:
+    return ctx.tensor_const("index", torch.tensor(value, dtype=like.type.dtype.torch))
+
+
+def _wrapped(ctx: ConvertContext, i: Value, n: int) -> Value:
+    """``i`` with ``n`` added where it is negative (PyTorch's indexing counts those from the end)."""
+    neg = ctx.add("lt", (i, _int_const(ctx, i, 0)))
+    return ctx.add("where", (neg, ctx.add("add", (i, _int_const(ctx, i, n))), i))
 
 
 # The quantize/dequantize ops of quantized programs (npuc.frontend.quantized) and the ops of

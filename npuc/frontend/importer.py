@@ -289,7 +289,8 @@ class _Importer:
         if rule is None and self.module is not None and not self.decomposing and not failed:
             return self._decompose(node, target)
         if failed:
-            if rule is None and aten not in SHAPE_ONLY_OPS:
+            # an op of the training IR would have been decomposed: only a failed operand stopped it
+            if rule is None and aten not in SHAPE_ONLY_OPS and self.module is None:
                 self._problem(node, aten, "npuc has no graph op for it")
             return _Failed()
         if _all_known(operands) and (rule is None or (rule.fold and not any(o.state for o in operands))):

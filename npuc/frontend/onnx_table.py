@@ -830,7 +830,15 @@ def _split(ctx: OnnxContext) -> tuple[Value, ...]:
     return tuple(outs)
 
 
-@rule("select, index_select, embedding", "Gather")
+def _wrapped_index(ctx: OnnxContext, n: int) -> Value:
+    """Run-time indices (input 1) with ``n`` added where negative (ONNX counts those from the end)."""
+    i = ctx.value(1)
+    dt = i.type.dtype.torch
+    neg = ctx.add("lt", (i, ctx.scalar(0, dt)))
+    return ctx.add("where", (neg, ctx.add("add", (i, ctx.scalar(n, dt))), i))
+
+
+@rule("select, index_select, embedding, lt, add, where", "Gather")
 def _gather(ctx: OnnxContext) -> Value:
     shape = ctx.shape(0)
     dim = norm_axis(int(ctx.attr("axis", 0)), len(shape))
@@ -844,11 +852,12 @@ def _gather(ctx: OnnxContext) -> Value:
             return ctx.add("select", (x,), dim=dim, index=int(idx))
         picked = ctx.add("index_select", (x,ctx.const(idx.reshape(-1).to(torch.int64), "index")), dim=dim)
         return ctx.reshape(picked, shape[:dim] + tuple(idx.shape) + shape[dim + 1:])
+    idx = _wrapped_index(ctx, shape[dim])
     if dim == 0 and len(shape) == 2:
-        return ctx.add("embedding", (ctx.value(0), ctx.value(1)))
+        return ctx.add("embedding", (ctx.value(0), idx))
     if ctx.rank(1) <= 1:
-        return ctx.add("index_select", (ctx.value(0), ctx.value(1)), dim=dim) if ctx.rank(1) == 1 else \
-            ctx.reshape(ctx.add("index_select", (ctx.value(0), ctx.reshape(ctx.value(1), (1,))), dim=dim),
+        return ctx.add("index_select", (ctx.value(0), idx), dim=dim) if ctx.rank(1) == 1 else \
+            ctx.reshape(ctx.add("index_select", (ctx.value(0), ctx.reshape(idx, (1,))), dim=dim),
                         shape[:dim] + shape[dim + 1:])
     raise Unsupported("run-time indices of rank > 1 are only supported on a 2-D table along axis 0 (an embedding)")
 

@@ -33,10 +33,12 @@ from npuc.ir.ops.quantized import (
     QBinaryAttrs,
     QClampAttrs,
     QConv2dAttrs,
+    QConvTranspose2dAttrs,
     QLinearAttrs,
     QLutAttrs,
     QMeanAttrs,
     OutAttrs,
+    transposed_weight_scales,
 )
 from npuc.ir.rewrite import Rewriter, rewrite
 from npuc.ir.types import DType, QuantParams
@@ -122,7 +124,67 @@ def recognize_quantized(g: Graph, float_ops: Collection[str] = DEFAULT_FLOAT_OPS
     """``g`` with every recognized ``quantize(op(dequantize ...))`` pattern as a quantized op,
     except for the graph ops named in ``float_ops`` (QuantOptions.float_ops), which stay float."""
     keep = frozenset(float_ops)
+    g = rewrite(g, _int8_reshapes_of_convolutions)
     return rewrite(g, lambda node, rw: _visit(node, rw, keep))
+
+
+CONVOLUTIONS = ("conv2d", "conv_transpose2d")
+
+
+def _int8_reshapes_of_convolutions(node: Node, rw: Rewriter) -> Value | None:
+    """A 1-D convolution imports as a 2-D one between reshapes (H = 1): ``quantize(reshape(
+    conv(reshape(dequantize(x)), reshape(dequantize(w)), ...)))``, a relu or clamp perhaps
+    after the second reshape.  Reshapes commute with per-tensor (de)quantization and with
+    elementwise ops, so this moves them to the int8 side -- ``reshape`` of the int8 ``x``, a
+    reshaped int8 weight constant, ``reshape(quantize(relu(conv)))`` -- where the patterns of
+    :func:`_visit` find the convolution between its ``dequantize`` and ``quantize``."""
+    if node.op in CONVOLUTIONS:
+        x, w = _int8_reshaped(rw, node.inputs[0]), _int8_reshaped_weight(rw, node.inputs[1])
+        if x is None and w is None:
+            return None
+        inputs = [x or node.inputs[0], w or node.inputs[1], *node.inputs[2:]]
+        return rw.add(node.op, inputs, node.attrs)
+    if node.op == "quantize":  # quantize(reshape(conv)) or quantize(relu(reshape(conv))), relu/clamp elementwise
+        p = rw.producer(node.inputs[0])
+        act = None
+        if p is not None and p.op in ("relu", "clamp") and rw.num_users(p.outputs[0]) == 1:
+            act, p = p, rw.producer(p.inputs[0])
+        if p is None or p.op != "reshape" or rw.num_users(p.outputs[0]) != 1:
+            return None
+        conv = rw.producer(p.inputs[0])
+        if conv is None or conv.op not in CONVOLUTIONS:
+            return None
+        y = p.inputs[0] if act is None else rw.add(act.op, (p.inputs[0],), act.attrs)
+        return rw.add("reshape", (rw.add("quantize", (y,), node.attrs),), p.attrs)
+    return None
+
+
+def _int8_reshaped(rw: Rewriter, v: Value) -> Value | None:
+    """``dequantize(reshape(x))`` for ``v = reshape(dequantize(x))`` of a per-tensor int8 ``x``."""
+    p = rw.producer(v)
+    if p is None or p.op != "reshape":
+        return None
+    x = _dequantized(rw, p.inputs[0])
+    if x is None or rw.const(x) is not None:
+        return None
+    return rw.add("dequantize", (rw.add("reshape", (x,), p.attrs),))
+
+
+def _int8_reshaped_weight(rw: Rewriter, v: Value) -> Value | None:
+    """``dequantize(w')`` for ``v = reshape(dequantize(w))`` of a quantized int8 constant ``w``,
+    ``w'`` the reshaped constant (per-channel parameters kept when the reshape leaves the
+    dimensions up to their axis as they are)."""
+    p = rw.producer(v)
+    if p is None or p.op != "reshape":
+        return None
+    w = _dequantized_const(rw, p.inputs[0], DType.i8)
+    if w is None:
+        return None
+    q, shape = w.type.quant, v.type.shape
+    if q.axis is not None and tuple(shape[:q.axis + 1]) != tuple(w.type.shape[:q.axis + 1]):
+        return None
+    data = rw.const(w).reshape(shape)
+    return rw.add("dequantize", (rw.constant(f"{rw.producer(w).attrs.name}.2d", data, quant=q),))
 
 
 Params = tuple[float, int]
@@ -237,8 +299,37 @@ def _weighted(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | N
     return rw.add("qlinear", operands, QLinearAttrs(out[0], out[1], lo, hi))
 
 
-def _bias(rw: Rewriter, b: Value, x: Value, w: Value) -> Value | None:
-    """The i32 bias operand: a dequantized i32 constant, or a float constant quantized here."""
+def _transposed(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | None:
+    """``conv_transpose2d`` of dequantized int8 values: ``qconv_transpose2d`` (weights scaled per
+    output channel along axis 1)."""
+    x = _dequantized(rw, n.inputs[0])
+    w = _transposed_weight(rw, n.inputs[1])
+    if x is None or w is None or any(z != 0 for z in w.type.quant.zero_point):
+        return None
+    a = n.attrs
+    operands = [x, w]
+    if len(n.inputs) == 3:
+        b = _bias(rw, n.inputs[2], x, w, transposed_weight_scales(w.type, a.groups))
+        if b is None:
+            return None
+        operands.append(b)
+    attrs = QConvTranspose2dAttrs(a.stride, a.padding, a.output_padding, a.dilation, a.groups, out[0], out[1], lo, hi)
+    return rw.add("qconv_transpose2d", operands, attrs)
+
+
+def _transposed_weight(rw: Rewriter, v: Value) -> Value | None:
+    """The i8 weight ``[I, O/groups, kh, kw]`` quantized per tensor or along axis 1 that ``v`` is
+    the dequantization of, or None."""
+    w = _dequantized_const(rw, v, DType.i8)
+    if w is None or w.type.quant.axis not in (None, 1):
+        return None
+    return w
+
+
+def _bias(rw: Rewriter, b: Value, x: Value, w: Value, scales_w: tuple[float, ...] | None = None) -> Value | None:
+    """The i32 bias operand: a dequantized i32 constant, or a float constant quantized here with
+    the scales ``input scale x weight scale`` (``scales_w``: one per output channel, by default
+    the weight's per-channel scales along axis 0)."""
     q = _dequantized_const(rw, b, DType.i32)
     if q is not None:
         return q
@@ -246,9 +337,11 @@ def _bias(rw: Rewriter, b: Value, x: Value, w: Value) -> Value | None:
     if t is None or not t.dtype.is_floating_point:
         return None
     sx = _params(x)[0]
-    o = w.type.shape[0]
-    ws = w.type.quant.scale if len(w.type.quant.scale) == o else w.type.quant.scale * o
-    scales = tuple(sx * s for s in ws)
+    if scales_w is None:
+        o = w.type.shape[0]
+        scales_w = w.type.quant.scale if len(w.type.quant.scale) == o else w.type.quant.scale * o
+    o = len(scales_w)
+    scales = tuple(sx * s for s in scales_w)
     data = arith.quantize_per_channel(t, scales, (0,) * o, 0, -(2**31), 2**31 - 1, torch.int32)
     return rw.constant(f"{rw.producer(b).attrs.name}.int32", data, quant=QuantParams(scales, (0,) * o, 0))
 
@@ -314,7 +407,7 @@ def _moving(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | Non
     if n.op == "pad":
         code = int(arith.quantize_tensor(torch.tensor([attrs.value]), *_params(x))[0])
         attrs = type(attrs)(attrs.pads, float(code))
-    y = rw.add(n.op, (x,), attrs)
+    y = rw.add(n.op, (x, *n.inputs[1:]), attrs)  # a gather's indices pass as they are
     return _clamped(rw, _requant(rw, y, out), lo, hi)
 
 
@@ -329,6 +422,7 @@ def _concat(n: Node, rw: Rewriter, out: Params, lo: int, hi: int) -> Value | Non
 HANDLERS: dict[str, Handler] = {
     "dequantize": _requantize_pair,
     "conv2d": _weighted,
+    "conv_transpose2d": _transposed,
     "linear": _weighted,
     "add": _binary,
     "mul": _binary,
@@ -340,7 +434,7 @@ HANDLERS: dict[str, Handler] = {
     **{op: _lut for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "relu", "clamp", "elu",
                            "expm1", "log1p", "log")},
     **{op: _moving for op in ("reshape", "permute", "slice", "select", "expand", "upsample_nearest2d",
-                              "max_pool2d", "pad", "flip")},
+                              "max_pool2d", "pad", "flip", "index_select", "gather")},
 }
 
 

@@ -91,6 +91,7 @@ def _guard(path: str, fn) -> PathResult:
 def check_recipe(r: Recipe, paths: tuple[str, ...] = PATHS, target: str = "npu-mid") -> GraphResult:
     """Every path of ``paths`` checked on the graph of ``r``."""
     from npuc.artifact import compile_graph, resolve_target
+    from npuc.frontend.export import capture_program
     from npuc.interp import interpret
     from npuc.pipeline import import_model
     from npuc.report.accuracy import check_output, eager_outputs
@@ -105,7 +106,10 @@ def check_recipe(r: Recipe, paths: tuple[str, ...] = PATHS, target: str = "npu-m
     state: dict = {}
 
     def interp() -> str | None:
-        state["g"] = g = import_model(model, inputs, name=f"random{r.seed}")
+        # one torch.export of the model for both paths: decomposed to core ATen here, quantized
+        # by the int8 path (PT2E takes the same training-IR program the int8 compile exports)
+        state["ep"] = ep = capture_program(model.eval(), inputs)
+        state["g"] = g = import_model(ep, inputs, name=f"random{r.seed}")
         got = interpret(g, *inputs)
         if len(got) != len(ref):
             return f"{len(got)} outputs, expected {len(ref)}"
@@ -138,7 +142,7 @@ def check_recipe(r: Recipe, paths: tuple[str, ...] = PATHS, target: str = "npu-m
         gen = torch.Generator().manual_seed(r.seed + 2)
         calib = [inputs] + [tuple(torch.round(torch.randn(x.shape, generator=gen) * 8) / 8 for x in inputs)
                             for _ in range(2)]
-        gq = run_graph_passes(quantized_graph(model, inputs, tgt, calib, f"random{r.seed}"))
+        gq = run_graph_passes(quantized_graph(state.get("ep", model), inputs, tgt, calib, f"random{r.seed}"))
         ref8 = interpret(gq, *inputs)
         art = compile_graph(gq, tgt, quantize="int8")
         got = art.run(*inputs)

@@ -588,6 +588,51 @@ def _embedding(g: _Gen) -> bool:
     return g.try_step("embedding", f"F.embedding({idx}, {table})")
 
 
+def _index_input(g: _Gen, shape: tuple[int, ...], high: int) -> str:
+    """A new int64 model input of ``shape`` drawn in [0, high) (indices known only at run time)."""
+    name = f"ix{len(g.inputs)}"
+    inp = Input(name, tuple(shape), "index", high)
+    g.inputs.append(inp)
+    g.ns[name] = torch.randint(0, high, inp.shape, generator=torch.Generator().manual_seed(g.seed + len(g.inputs)))
+    return name
+
+
+def _signed(name: str, n: int) -> str:
+    """The indices of ``name`` in the upper half of [0, n) counted from the end (negative, as x[idx] allows)."""
+    return f"torch.where({name} >= {(n + 1) // 2}, {name} - {n}, {name})"
+
+
+def _runtime_gather(g: _Gen) -> bool:
+    """index_select or gather of a float value by indices that are a model input."""
+    x = g.pick(g.floats(min_rank=1))
+    if x is None:
+        return False
+    d = g.rng.randrange(x.t.dim())
+    n = x.t.shape[d]
+    if g.rng.random() < 0.5:
+        ix = _index_input(g, (g.rng.choice((1, 2, 3, 5, 7)),), n)
+        return g.try_step("runtime_gather", f"torch.index_select({x.name}, {d}, {ix})", exact=x.exact)
+    shape = tuple(g.rng.randint(1, m) if i != d else g.rng.choice((1, 2, 3, 5)) for i, m in enumerate(x.t.shape))
+    return g.try_step("runtime_gather", f"torch.gather({x.name}, {d}, {_index_input(g, shape, n)})", exact=x.exact)
+
+
+def _advanced_index(g: _Gen) -> bool:
+    """``x[i]``, ``x[i, j]`` or ``x[i, :, j]`` by run-time indices, some negative."""
+    x = g.pick(g.floats(min_rank=1))
+    if x is None:
+        return False
+    shape = x.t.shape
+    form = g.rng.choice(("one", "pair", "apart")) if x.t.dim() >= 3 else ("one" if x.t.dim() == 1 else g.rng.choice(("one", "pair")))
+    k = g.rng.choice((1, 2, 3, 5))
+    i = _signed(_index_input(g, (k,), shape[0]), shape[0])
+    if form == "one":
+        return g.try_step("advanced_index", f"{x.name}[{i}]", exact=x.exact)
+    d = 1 if form == "pair" else 2
+    j = _signed(_index_input(g, g.rng.choice(((k,), (1,), (2, 1))), shape[d]), shape[d])
+    sep = ", :" if form == "apart" else ""
+    return g.try_step("advanced_index", f"{x.name}[{i}{sep}, {j}]", exact=x.exact)
+
+
 def _index_select_expr(g: _Gen, x: _Value) -> str | None:
     d = g.rng.randrange(x.t.dim())
     n = x.t.shape[d]
@@ -756,13 +801,15 @@ PROPOSERS: dict[str, Proposer] = {
     "where": _where,
     "argmax": _argmax,
     "embedding": _embedding,
+    "runtime_gather": _runtime_gather,
+    "advanced_index": _advanced_index,
     "group_norm": _group_norm,
 }
 
 # Graph ops a PyTorch program does not produce directly: the quantized ops (the int8 path makes
 # them), const (every constant), cast (comparisons and argmax are cast back to float here).
 NOT_PROPOSED = frozenset({"const", "quantize", "dequantize", "qadd", "qavg_pool2d", "qclamp", "qconv2d",
-                          "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
+                          "qconv_transpose2d", "qlinear", "qlut", "qmatmul", "qmean", "qmul"})
 
 
 IMAGE_OPS = frozenset({"conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "batch_norm", "upsample_nearest2d",

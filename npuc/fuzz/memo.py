@@ -1,8 +1,9 @@
 """Process-wide memos of library work the random-graph checks repeat for every graph.
 
 Each is a pure function of what it is given and of the op registry, recomputed by the library
-on every call; :func:`install` makes both remember their results in this process.  They change
-no result, only how often the same work is done.
+on every call; :func:`install` makes the first two remember their results in this process and
+lets the third skip a search that cannot match.  They change no result, only how often the same
+work is done.
 
 * **torchao's pattern graphs.**  ``convert_pt2e`` looks for QAT conv + batch-norm patterns in any graph that holds a batch norm,
 and builds each pattern by running ``torch.export`` on a tiny function -- sixteen exports per
@@ -12,6 +13,12 @@ reuse each exported pattern: the key is the pattern function's code and closure 
 function and flags it was made for), the example inputs' shapes and dtypes and the keyword
 flags; every call returns a deep copy, so a caller that edits its pattern graph edits its own.
 A key that cannot be hashed falls through to torchao unchanged.
+* **torchao's search for QAT conv + batch-norm patterns.**  A pattern can only match where a
+  convolution's result reaches a batch norm; in a graph with no such path (a batch norm on its
+  own, or no convolution) the search finds nothing, so the memo runs only what the search does
+  around its matching (dead-code elimination, the duplication and removal of dequantize nodes)
+  and skips the matching and the pattern exports -- the one-time cost of about a hundred exports
+  in each process that meets a batch norm.
 * **torch.export's list of composite-implicit ops.**  Every ``run_decompositions`` (once per
   import) scans every op of every namespace of the dispatcher, twice, to list the
   CompositeImplicitAutograd ops it may decompose or keep: about half of the 0.4 CPU s that
@@ -64,10 +71,11 @@ def _memoized(export_pattern: Callable) -> Callable:
 
 
 def install() -> None:
-    """Install both memos in this process (idempotent; a library whose layout differs from the
+    """Install the memos in this process (idempotent; a library whose layout differs from the
     one this was written for is left alone)."""
     _install_cia_memo()
     _install_pattern_memo()
+    _install_fold_shortcut()
 
 
 def _install_cia_memo() -> None:
@@ -98,3 +106,48 @@ def _install_pattern_memo() -> None:
     if original is None or hasattr(getattr(qat_utils, "_get_aten_graph_module_for_pattern", None), "npuc_memo"):
         return
     qat_utils._get_aten_graph_module_for_pattern = _memoized(original)
+
+
+def _conv_reaches_batch_norm(m: Any) -> bool:
+    """Whether a convolution's (or transposed convolution's) result flows into a batch norm."""
+    from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node
+
+    todo = [n for n in m.graph.nodes if _is_conv_or_conv_transpose_node(n)]
+    seen = set(todo)
+    while todo:
+        n = todo.pop()
+        if _is_bn_node(n):
+            return True
+        for u in n.users:
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
+
+
+def _install_fold_shortcut() -> None:
+    try:
+        from torchao.quantization.pt2e import qat_utils
+    except ImportError:
+        return
+    original = getattr(qat_utils, "_fold_conv_bn_qat_helper", None)
+    needed = ("_duplicate_dequantize_node", "_remove_extra_dequantize")
+    if original is None or hasattr(original, "npuc_memo") or not all(hasattr(qat_utils, f) for f in needed):
+        return
+
+    def fold(m, conv_fn, example_inputs, is_cuda):
+        if _conv_reaches_batch_norm(m):
+            return original(m, conv_fn, example_inputs, is_cuda)
+        # what the helper does when no pattern matches, in its order
+        m.graph.eliminate_dead_code()
+        m.recompile()
+        qat_utils._duplicate_dequantize_node(m)
+        m.recompile()
+        qat_utils._remove_extra_dequantize(m)
+        m.graph.eliminate_dead_code()
+        m.recompile()
+        return m
+
+    fold.npuc_memo = True  # type: ignore[attr-defined]
+    fold.npuc_original = original  # type: ignore[attr-defined]
+    qat_utils._fold_conv_bn_qat_helper = fold

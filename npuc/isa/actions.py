@@ -32,6 +32,7 @@ class Actions:
     dram_write: int = 0
     vector_lane_ops: int = 0
     instructions: int = 0
+    decoded_bytes: int = 0  # bytes the weight decoder wrote (DMA_LOAD_DECODE)
     memory_read: tuple[int, ...] = ()   # bytes read per memory of the target (DMA side)
     memory_write: tuple[int, ...] = ()  # bytes written per memory of the target (DMA side)
 
@@ -66,7 +67,7 @@ def _add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(x + (b[i] if i < len(b) else 0) for i, x in enumerate(a))
 
 
-_N_SCALARS = 10  # the fields before memory_read
+_N_SCALARS = 11  # the fields before memory_read
 
 _KEY = {
     (Mem.spad, False): "spad_read",
@@ -138,4 +139,6 @@ def energy_breakdown(a: Actions, target) -> dict[str, float]:
         **memory_energy_pj(a, target),
         "vector": a.vector_lane_ops * energy.vector_lane_op_pj,
         "instruction": a.instructions * energy.instruction_pj,
+        **({"weight_decoder": a.decoded_bytes * target.weight_decoder.pj_per_byte}
+           if getattr(target, "weight_decoder", None) is not None else {}),
     }

@@ -217,6 +217,17 @@ class CompareAttrs:
     op: str
 
 
+@dataclass(frozen=True)
+class GatherRowsAttrs:
+    """``gather``: output row r is table row ``base[r] + scale * i`` for the index ``i`` of row r
+    (negative ``i`` plus ``size`` first when ``wrap``); an index outside ``[0, size)`` (after the
+    wrap) stops the NPU with an error instead of reading another row (docs/kernels.md)."""
+
+    size: int
+    scale: int = 1
+    wrap: bool = False
+
+
 def _grid_attrs() -> type:
     from npuc.ir.ops.resample import GridSampleAttrs
 
@@ -260,6 +271,7 @@ class KindDef:
     int8_requantizes: bool = False
     takes_epilogue: bool = False  # fusion may append elementwise steps to its epilogue
     counts_macs: bool = False  # its work is multiply-accumulates (the profile's MAC count)
+    int32_inputs: tuple[int, ...] = ()  # inputs that are int32 whatever the kernel's dtype (indices)
 
     def attrs_type(self) -> type | None:
         return self.attrs() if callable(self.attrs) and not isinstance(self.attrs, type) else self.attrs
@@ -283,5 +295,6 @@ KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
     KindDef("compare", CompareAttrs),
     KindDef("select"),
     KindDef("grid_sample", _grid_attrs),
+    KindDef("gather", GatherRowsAttrs, int32_inputs=(1, 2)),
     KindDef("fused_chain", ChainAttrs),  # its LKernel counts its members' MACs
 )}

@@ -75,7 +75,11 @@ def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | Non
     out = k.output
     if out.dtype != k.dtype:
         raise VerifyError(f"{where}: writes {out.dtype.name} into {out.name}, but computes in {k.dtype.name}")
-    for t in k.inputs + tuple(e.operand for e in k.epilogue if e.operand is not None):
+    for i, t in enumerate(k.inputs + tuple(e.operand for e in k.epilogue if e.operand is not None)):
+        if i in kind.int32_inputs and i < len(k.inputs):
+            if t.dtype != DType.int32:
+                raise VerifyError(f"{where}: input {i} ({t.name}) of a {k.kind} kernel holds int32 indices, not {t.dtype.name}")
+            continue
         if t.dtype != k.dtype and not (k.dtype == DType.int8 and t.dtype == DType.int32 and t.name in constants):
             raise VerifyError(f"{where}: reads {t.dtype.name} {t.name} but computes in {k.dtype.name} "
                               "(only an int8 kernel's int32 constants may differ)")

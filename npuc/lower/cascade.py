@@ -6,13 +6,20 @@ write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_co
 a basic block) whose intermediate tensors are read only inside the run can instead run in
 stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
 
-The choice is the cost model's (``npuc.schedule.cascade_cost``): for every candidate run, every
-stripe height and both ways of holding the constants (resident for the whole chain, or reloaded
-per stripe) it estimates cycles, DRAM bytes and energy; a dynamic program over the segment picks
-the cut points that minimise the estimated energy of the segment (static energy makes cycles
-count too), a run fused only where it beats its kernels run one by one.  Each chosen chain is
-planned once here (its members on the scratchpad left to them), so a chain that cannot be
-planned falls back to its next-best stripe height, and then to no fusion.
+The choice is the cost model's, in two steps.  A roofline screen (``npuc.schedule.cascade_cost``,
+:func:`~npuc.schedule.cascade_cost.estimate`: MACs at peak, bytes at the DRAM port, vector
+lane-ops) prices every candidate run at every stripe height and both ways of holding the
+constants (resident for the whole chain, or reloaded per stripe), and a dynamic program over the
+segment picks the cut points of least screened energy.  Each chain it picks is then priced in
+full: a few configurations (:func:`shortlist`) are planned and their tile programs (every step
+the chain would issue) walked for cycles and summed for energy
+(:func:`~npuc.schedule.cascade_cost.program_estimate`, checked against the simulator by
+tests/schedule/test_chain_cost.py), and the members run one by one are priced the same way from
+their own recorded steps.  The objective is energy: a chain is kept in its configuration of
+least energy that spends less energy than its members, and with ``cycles_not_worse`` only one
+that takes no more cycles than them as well; a chain that does not win is taken out of the
+dynamic program, which runs again (so its shorter sub-chains get their chance), until every
+chain it picks wins.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from dataclasses import replace
 from npuc.errors import CompileError
 from npuc.isa.enums import DType
 from npuc.kir.kernel import ChainAttrs, Kernel
-from npuc.kir.program import ACTIVATION, LKernel, LoweredModel, NpuSegment
+from npuc.codegen.memory_plan import relocate_kernel
+from npuc.kir.program import ACTIVATION, CONSTANT, LKernel, LoweredModel, NpuSegment
 from npuc.schedule.cascade_cost import (
     ROW_KINDS,
     Estimate,
@@ -30,22 +38,25 @@ from npuc.schedule.cascade_cost import (
     chain_stripes,
     estimate,
     externals,
+    program_estimate,
     spatial_inputs,
     unfused_estimate,
 )
 
 MAX_MEMBERS = 8  # longest chain considered (the buffers of longer ones rarely fit)
-TRIES = 3  # chain configurations planned before giving a run up
+HEIGHTS = 1  # stripe heights priced in full per way of holding the constants
+TRIES = 3  # configurations tried per way of holding the constants before giving it up
 _ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224)
 
 
-def cascade(m: LoweredModel) -> LoweredModel:
-    """``m`` with the chains the cost model chooses fused into ``fused_chain`` kernels."""
+def cascade(m: LoweredModel, cycles_not_worse: bool = False) -> LoweredModel:
+    """``m`` with the chains the cost model chooses fused into ``fused_chain`` kernels; with
+    ``cycles_not_worse`` only chains whose estimate is not slower than their members'."""
     readers = _readers(m)
     protected = {h.buffer for h in m.homes}
     sizes = {b.name: b for b in m.buffers}
     segments = tuple(
-        replace(s, kernels=_fuse_segment(s.kernels, m.target, readers, protected, sizes))
+        replace(s, kernels=_fuse_segment(s.kernels, m.target, readers, protected, sizes, cycles_not_worse))
         if isinstance(s, NpuSegment) else s
         for s in m.segments
     )
@@ -138,19 +149,28 @@ def row_choices(rows: int) -> tuple[int, ...]:
     return tuple(sorted({r for r in _ROWS if r < rows} | {rows}))
 
 
-def configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
-    """Every feasible (stripe rows, constants resident or not) of a chain with its estimate, best first."""
+def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
+    """Every feasible (stripe rows, constants resident or not) of a chain with its roofline
+    estimate, least energy first: the screen the dynamic program runs on."""
     out = []
     for rows in row_choices(ks[-1].output.shape[2]):
-        stripes = None
+        stripes = chain_stripes(ks, inter, rows)
         for resident in (True, False):
             attrs = ChainAttrs(rows, resident, inter, ks)
-            stripes = stripes or chain_stripes(ks, inter, rows)
             if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
                 continue
             out.append((estimate(target, attrs, stripes), attrs))
     out.sort(key=lambda ea: (ea[0].energy_pj, ea[0].cycles, -ea[1].stripe_rows, not ea[1].resident_weights))
     return out
+
+
+def shortlist(roofline: list[tuple[Estimate, ChainAttrs]], resident: bool) -> list[ChainAttrs]:
+    """The configurations holding the constants as ``resident`` says, tallest stripes first
+    (taller stripes recompute fewer halo rows and reload weights less often; shorter ones leave
+    the members more scratchpad), the roofline's best of them first of all."""
+    fits = sorted((a for _, a in roofline if a.resident_weights == resident), key=lambda a: -a.stripe_rows)
+    first = [a for _, a in roofline if a.resident_weights == resident][:1]
+    return first + [a for a in fits if a not in first]
 
 
 def fused_kernel(attrs: ChainAttrs) -> Kernel:
@@ -161,49 +181,124 @@ def fused_kernel(attrs: ChainAttrs) -> Kernel:
                   attrs, (), ms[0].dtype, sources)
 
 
-def _plannable(k: Kernel, target) -> bool:
+def fused_estimate(k: Kernel, target) -> Estimate | None:
+    """The estimate of a fused chain read off its tile program (None when it cannot be planned)."""
     from npuc.codegen.kernels.fused_chain import plan_chain
 
     try:
-        plan_chain(k, target)
+        plan = plan_chain(k, target)
     except CompileError:
-        return False
-    return True
+        return None
+    return program_estimate(plan.details.program.steps, target, plan.est_cycles)
 
 
-def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes) -> tuple[LKernel, ...]:
+def unfused_cost(k: Kernel, target) -> Estimate:
+    """A kernel run on its own: its recorded emission priced the same way."""
+    from npuc.codegen.kernels.fused_chain import kernel_steps
+
+    return program_estimate(kernel_steps(k, target), target)
+
+
+def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:
+    """Where a run's tensors sit while it is priced: each buffer at its own address (before the
+    memory plan every buffer's views start at 0), constants in the memory that holds weights and
+    the rest in the memory that holds activations, so that the priced transfers reach the
+    memories the plan will put them in and no two tensors share an address."""
+    tops = {CONSTANT: target.window_of(target.weight_memory.name).base,
+            ACTIVATION: target.window_of(target.activation_memory.name).base}
+    if tops[CONSTANT] == tops[ACTIVATION]:
+        tops[CONSTANT] += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
+    offs: dict[str, int] = {}
+    for k in ks:
+        for t in k.tensors():
+            if t.name in offs:
+                continue
+            b = sizes.get(t.name)
+            kind = CONSTANT if b is not None and b.kind == CONSTANT else ACTIVATION
+            offs[t.name] = tops[kind]
+            tops[kind] += -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+    return offs
+
+
+def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estimate,
+               cycles_not_worse: bool, offs: dict[str, int]) -> tuple[Estimate, Kernel] | None:
+    """The configuration of least estimated energy that beats ``alone`` (the members one by one)
+    in energy, and when ``cycles_not_worse`` without costing more cycles; None when none does.
+    Per way of holding the constants, configurations are priced in :func:`shortlist` order until
+    ``HEIGHTS`` of them could be planned (or ``TRIES`` were tried).  Each is priced with its
+    tensors at ``offs`` (:func:`pricing_offsets`)."""
+    best = None
+    for resident in (True, False):
+        planned = 0
+        for attrs in shortlist(roofline, resident)[:TRIES]:
+            est = fused_estimate(relocate_kernel(fused_kernel(attrs), offs), target)
+            if est is None:
+                continue
+            planned += 1
+            ok = est.energy_pj < alone.energy_pj and (not cycles_not_worse or est.cycles <= alone.cycles)
+            if ok and (best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles)):
+                best = (est, fused_kernel(attrs))
+            if planned == HEIGHTS:
+                break
+    return best
+
+
+def _sum(es) -> Estimate:
+    es = list(es)
+    return Estimate(sum(e.cycles for e in es), sum(e.dram_bytes for e in es), sum(e.copy_bytes for e in es),
+                    sum(e.macs for e in es), sum(e.energy_pj for e in es))
+
+
+def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, cycles_not_worse: bool) -> tuple[LKernel, ...]:
+    """The dynamic program over the segment on the roofline screen; each chain it chooses is then
+    priced in full (:func:`best_chain`), and one that does not win is taken out and the program
+    run again, until every chain chosen wins (module docstring)."""
     n = len(lks)
     single = [unfused_estimate(target, (lk.kernel,)).energy_pj if fusable(lk.kernel) else 0.0 for lk in lks]
-    best: list[tuple[float, list]] = [(0.0, [])] + [(float("inf"), [])] * n
-    options: dict[tuple[int, int], list] = {}
-    for j in range(1, n + 1):
-        e, plan = best[j - 1]
-        best[j] = (e + single[j - 1], plan + [(j - 1, j, None)])
+    runs: dict[tuple[int, int], list] = {}
+    for j in range(2, n + 1):
         for i in range(max(0, j - MAX_MEMBERS), j - 1):
             ks = tuple(lk.kernel for lk in lks[i:j])
             inter = _chain(ks, readers, protected, sizes)
             if inter is None:
                 continue
-            confs = configurations(target, ks, inter)
-            if not confs or confs[0][0].energy_pj >= sum(single[i:j]):
-                continue
-            options[(i, j)] = confs
-            cost = best[i][0] + confs[0][0].energy_pj
-            if cost < best[j][0]:
-                best[j] = (cost, best[i][1] + [(i, j, confs)])
+            confs = roofline_configurations(target, ks, inter)
+            if confs and confs[0][0].energy_pj < sum(single[i:j]):
+                runs[(i, j)] = confs
+    priced: dict[tuple[int, int], tuple[Estimate, Kernel] | None] = {}
+    while True:
+        plan = _cheapest(n, single, runs)
+        missing = [r for r in plan if r not in priced]
+        if not missing:
+            break
+        for i, j in missing:
+            offs = pricing_offsets(tuple(lk.kernel for lk in lks[i:j]), target, sizes)
+            members = _sum(unfused_cost(relocate_kernel(lk.kernel, offs), target) for lk in lks[i:j])
+            priced[(i, j)] = best_chain(target, runs[(i, j)], members, cycles_not_worse, offs)
+            if priced[(i, j)] is None:
+                del runs[(i, j)]
     out: list[LKernel] = []
-    for i, j, confs in best[n][1]:
-        chosen = None
-        for est, attrs in (confs or [])[:TRIES]:
-            if est.energy_pj >= sum(single[i:j]):
-                break
-            k = fused_kernel(attrs)
-            if _plannable(k, target):
-                chosen = k
-                break
-        if chosen is None:
-            out.extend(lks[i:j])
+    chosen = {i: (j, priced[(i, j)][1]) for i, j in plan}
+    x = 0
+    while x < n:
+        if x not in chosen:
+            out.append(lks[x])
+            x += 1
             continue
-        group = lks[i:j]
-        out.append(LKernel(chosen, tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
+        j, k = chosen[x]
+        group = lks[x:j]
+        out.append(LKernel(k, tuple(o for lk in group for o in lk.ops), group[0].loc, sum(lk.macs for lk in group)))
+        x = j
     return tuple(out)
+
+
+def _cheapest(n: int, single: list[float], runs: dict[tuple[int, int], list]) -> list[tuple[int, int]]:
+    """The runs of least total roofline energy that cover the segment (the rest one by one)."""
+    best: list[tuple[float, list]] = [(0.0, [])] + [(float("inf"), [])] * n
+    for j in range(1, n + 1):
+        best[j] = (best[j - 1][0] + single[j - 1], best[j - 1][1])
+        for i in range(max(0, j - MAX_MEMBERS), j - 1):
+            confs = runs.get((i, j))
+            if confs and best[i][0] + confs[0][0].energy_pj < best[j][0]:
+                best[j] = (best[i][0] + confs[0][0].energy_pj, best[i][1] + [(i, j)])
+    return best[n][1]

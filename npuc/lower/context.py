@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from npuc.isa.enums import DType
 from npuc.kir.kernel import EpilogueOp, Kernel
 from npuc.kir.tensor import DramTensor
 from npuc.ir.graph import Graph, Node, Value
@@ -65,6 +66,26 @@ class LowerContext:
             order = order_of(v, self.images)
             self.homes[v] = self._new_buffer(v.name, v.type.shape, order)
         return self.homes[v]
+
+    def index_words(self, v: Value) -> DramTensor | None:
+        """The int32 words of the integer value ``v`` as a ``gather`` kernel reads them, shape
+        ``[*v.shape, W]`` (``[1, W]`` for a scalar): W = 2 for int64 (low word first, as stored
+        little-endian), 1 for int32; None for other dtypes.  A run-time value keeps its own dtype
+        in DRAM (its buffer is the one the CPU or the caller writes, named after it); a constant
+        becomes an int32 constant, a value outside int32 replaced by -2**31 (an invalid index)."""
+        shape = v.type.shape or (1,)
+        data = self.const(v)
+        if data is not None:
+            if data.dtype.is_floating_point or data.dtype == torch.bool:
+                return None
+            d = data.to(torch.int64).reshape(shape)
+            low = -(2 ** 31)
+            d = torch.where((d >= low) & (d < 2 ** 31), d, torch.full_like(d, low)).to(torch.int32)
+            return self.const_tensor(self.const_of[v], d.reshape(shape + (1,)), ".i32", dtype=DType.int32)
+        words = {"i64": 2, "i32": 1}.get(v.type.dtype.value)
+        if words is None:
+            return None
+        return DramTensor.dense(v.name, shape + (words,), DType.int32)
 
     def out(self, v: Value) -> DramTensor:
         """The tensor a kernel writes ``v`` to (its own buffer, in the value's layout)."""

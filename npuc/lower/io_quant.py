@@ -18,10 +18,11 @@ from __future__ import annotations
 from npuc.ir.graph import Graph, Node, Value
 
 
-def _quantized_input(v: Value, users: dict[Value, list[Node]]) -> Node | None:
-    """The single ``quantize`` node that reads graph input ``v``, when it is its only reader."""
+def _quantized_input(v: Value, users: dict[Value, list[Node]], outputs: set[Value]) -> Node | None:
+    """The single ``quantize`` node that reads graph input ``v``, when it is its only reader
+    (and ``v`` is not returned as well: the float input must then stay)."""
     readers = users.get(v, [])
-    if len(readers) == 1 and readers[0].op == "quantize" and v.type.dtype.is_float:
+    if len(readers) == 1 and readers[0].op == "quantize" and v.type.dtype.is_float and v not in outputs:
         return readers[0]
     return None
 
@@ -47,7 +48,7 @@ def absorb_io_quantization(g: Graph) -> Graph:
     drop: set[Node] = set()
     inputs = []
     for v in g.inputs:
-        q = _quantized_input(v, users)
+        q = _quantized_input(v, users, set(g.outputs))
         if q is None:
             inputs.append(v)
         else:

@@ -48,6 +48,7 @@ from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
 from npuc.lower.layout import dense_order, image_values, order_of
 from npuc.lower.precision import int8_value_reason
 from npuc.lower.rules import CPU_REASONS, RULES, VIEW_OPS
+from npuc.lower.rules_gather import index_operand
 from npuc.lower.rules_int8 import quant_macs
 
 NPU, CPU = "npu", "cpu"
@@ -86,7 +87,10 @@ def static_reason(node: Node, precision: Precision, const_values: set[Value]) ->
         return f"{node.op}: no NPU lowering exists for this op"
     if precision.dtype is DType.int8:
         return None
+    indices = index_operand(node)  # a gather's integer indices are read, not computed
     for v in list(node.inputs) + list(node.outputs):
+        if v is indices:
+            continue
         if v not in const_values and not (v.type.dtype.is_float or v.type.dtype is IRType.bool):
             return f"{node.op} on {v.type.dtype.value} values: the NPU computes a float model in fp16 only"
     return None

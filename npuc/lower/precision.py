@@ -56,8 +56,11 @@ def int8_value_reason(node, const_values) -> str | None:
     """Why ``node`` stays on the CPU in an int8 compile because of its values, or None: every
     non-constant value the NPU touches must be an int8 activation; float values belong to the
     islands the quantizer kept in float (docs/quantization.md, "Placement")."""
+    from npuc.lower.rules_gather import index_operand
+
+    indices = index_operand(node)  # a gather's integer indices are read, not computed
     for v in list(node.inputs) + list(node.outputs):
-        if v in const_values:
+        if v in const_values or v is indices:
             continue
         if v.type.dtype.is_float:
             if node.op == "quantize":

@@ -34,10 +34,6 @@ RULES: dict[str, Rule] = {}
 
 # Why ops without a rule run on the CPU, in words a user understands.
 CPU_REASONS: dict[str, str] = {
-    "embedding": "embedding: the NPU's DMA addresses are fixed at compile time, so a gather by runtime "
-                 "token ids needs the CPU",
-    "index_select": "index_select: the NPU's DMA addresses are fixed at compile time, so a gather by "
-                    "runtime indices needs the CPU",
     "argmax": "argmax returns int64 indices; the NPU has no 64-bit integers",
     "log_softmax": "log_softmax needs a logarithm, which the vector unit does not compute",
     "erf": "erf: the vector unit has no erf on its own (only inside gelu)",
@@ -392,4 +388,5 @@ VIEW_OPS = ops_with(Trait.VIEW)
 # The quantized graph ops register their rules in their own module.
 import npuc.lower.rules_int8  # noqa: E402,F401
 import npuc.lower.rules_models  # noqa: E402,F401
+import npuc.lower.rules_gather  # noqa: E402,F401
 from npuc.lower.rules_masks import lower_bool_cast  # noqa: E402

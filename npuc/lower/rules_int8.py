@@ -7,6 +7,9 @@ reference semantics run, so the simulator's result is the reference's by constru
 ``qconv2d``     ``conv2d`` (or ``depthwise_conv2d`` when groups = C = O) with the folded int32
                 bias (``arith.folded_bias``) and per-channel REQUANT records
                 (``arith.channel_multipliers``); padding holds the input zero point
+``qconv_transpose2d`` the float conv_transpose2d's kernels (a buffer filled with the input zero
+                point's code, the input copied into it with the stride, a stride-1 ``conv2d``)
+                with the flipped weights, their folded bias and per-channel records
 ``qlinear``     ``gemm`` with b = wᵀ, the folded bias and per-feature records
 ``qmatmul``     ``gemm`` when both zero points are 0 (symmetric activations), zero bias
 ``qadd/qmul``   ``qbinary`` with ``arith.plan_qadd`` / ``plan_qmul``
@@ -73,6 +76,9 @@ def quant_macs(node: Node) -> int:
     if node.op == "qconv2d":
         w = node.inputs[1].type.shape
         return out.numel * w[1] * w[2] * w[3]
+    if node.op == "qconv_transpose2d":  # each input pixel meets O/groups x kh x kw weights
+        w = node.inputs[1].type.shape
+        return node.inputs[0].type.numel * w[1] * w[2] * w[3]
     if node.op in ("qlinear", "qmatmul"):
         return out.numel * node.inputs[0].type.shape[-1]
     return 0
@@ -81,12 +87,15 @@ def quant_macs(node: Node) -> int:
 # ------------------------------------------------------------------------------- array work
 
 
-def _conv_like_constants(ctx: LowerContext, node: Node, n: int):
+def _conv_like_constants(ctx: LowerContext, node: Node, n: int, weight: torch.Tensor | None = None,
+                         scales: tuple[float, ...] | None = None):
     """(folded bias, records) tensors of a qconv2d/qlinear node with ``n`` output channels, or a
-    reason when the weights or bias are not constants."""
+    reason when the weights or bias are not constants.  ``weight``: the weight the kernel
+    multiplies, output channels first (default: the node's own); ``scales``: one weight scale
+    per output channel (default: the weight's, along axis 0)."""
     x, w = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) == 3 else None
-    wc = ctx.const(w)
+    wc = ctx.const(w) if weight is None else weight
     if wc is None:
         return f"{node.op} with weights computed at run time: the NPU's int8 layers take constant weights"
     bc = None
@@ -97,7 +106,7 @@ def _conv_like_constants(ctx: LowerContext, node: Node, n: int):
     sx, zx = act(x)
     a = node.attrs
     bias = arith.folded_bias(wc.numpy(), None if bc is None else bc.numpy(), zx)
-    mults, shifts = arith.channel_multipliers(sx, _weight_scales(w, n), a.out_scale)
+    mults, shifts = arith.channel_multipliers(sx, scales or _weight_scales(w, n), a.out_scale)
     return _consts(ctx, node, torch.from_numpy(bias), _records(mults, shifts))
 
 
@@ -121,6 +130,25 @@ def lower_qconv2d(ctx: LowerContext, node: Node):
     conv = Conv2dAttrs(a.stride, a.padding, a.dilation, a.groups)
     k = ctx.kernel(node, kind, (xt, ctx.tensor(w), *consts), ctx.out(y), conv)
     return single(*pre, _with_quant(k, _quant(node, act(x)[1])))
+
+
+@rule("qconv_transpose2d")
+def lower_qconv_transpose(ctx: LowerContext, node: Node):
+    from npuc.ir.ops.quantized import transposed_weight_scales
+    from npuc.lower.rules_models import flipped_weight, transposed_as_conv
+
+    x, w = node.inputs[0], node.inputs[1]
+    wc = ctx.const(w)
+    if wc is None:
+        return f"{node.op} with weights computed at run time: the NPU's int8 layers take constant weights"
+    g = node.attrs.groups
+    flipped = flipped_weight(wc, g)
+    consts = _conv_like_constants(ctx, node, flipped.shape[0], flipped, transposed_weight_scales(w.type, g))
+    if isinstance(consts, str):
+        return consts
+    wt = ctx.const_tensor(ctx.const_of[w], flipped, "~convT", DType.int8)
+    zx = act(x)[1]
+    return transposed_as_conv(ctx, node, wt, consts, (), float(zx), _quant(node, zx))
 
 
 def _with_quant(k, q: QuantAttrs):

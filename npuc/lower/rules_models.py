@@ -167,36 +167,56 @@ def lower_cumsum(ctx: LowerContext, node: Node):
 
 @rule("conv_transpose2d")
 def lower_conv_transpose(ctx: LowerContext, node: Node):
-    """A transposed convolution as a convolution over the zero-inserted input: ``x`` is copied
-    with a stride of ``stride`` into a zero-filled channels-last buffer with a border of
-    ``dilation * (k - 1) - padding`` (plus ``output_padding`` at the bottom and right; a negative
-    border crops), then a stride-1 ``conv2d`` with the flipped, transposed constant weights
-    (``w'[o, c, i, j] = w[c, o, kh-1-i, kw-1-j]`` per group) computes every output pixel.  The
-    array spends ``stride^2`` times the transposed convolution's MACs, on the zeros; a stride of
-    1 with an equal border needs no buffer (the conv pads)."""
-    from npuc.ir.ops.linalg import Conv2dAttrs
-
-    x, w = node.inputs[0], node.inputs[1]
+    """A transposed convolution as a convolution over the zero-inserted input
+    (:func:`transposed_as_conv`) with the float bias in the epilogue."""
+    w = node.inputs[1]
     b = node.inputs[2] if len(node.inputs) == 3 else None
-    y = node.outputs[0]
     wc = ctx.const(w)
     if wc is None:
         return "conv_transpose2d with weights computed at run time: the NPU's convolutions take constant weights"
     if b is not None and ctx.const(b) is None:
         return "conv_transpose2d with a bias computed at run time"
+    wt = ctx.const_tensor(ctx.const_of[w], flipped_weight(wc, node.attrs.groups), "~convT")
+    epi = bias_epilogue(ctx, b, node.outputs[0].type.shape, 1)
+    return transposed_as_conv(ctx, node, wt, (), epi, 0.0)
+
+
+def flipped_weight(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """The conv2d weight ``[O, I/groups, kh, kw]`` that computes a transposed convolution with
+    weight ``w`` ``[I, O/groups, kh, kw]`` over the zero-inserted input:
+    ``w'[o, c, i, j] = w[c, o, kh-1-i, kw-1-j]`` per group."""
+    i, og, kh, kw = w.shape
+    g = groups
+    return w.reshape(g, i // g, og, kh, kw).transpose(1, 2).reshape(g * og, i // g, kh, kw).flip(-2, -1).contiguous()
+
+
+def transposed_as_conv(ctx: LowerContext, node: Node, wt, consts: tuple, epi: tuple, zero: float, quant=None):
+    """The kernels of a transposed convolution ``node`` (float or int8): ``x`` is copied with a
+    stride of ``stride`` into a channels-last buffer filled with ``zero`` (0.0, or the int8 code
+    of the real zero) with a border of ``dilation * (k - 1) - padding`` (plus
+    ``output_padding`` at the bottom and right; a negative border crops), then a stride-1
+    ``conv2d`` (``depthwise_conv2d`` when every group is one channel) with the flipped weights
+    ``wt`` and the extra operands ``consts`` (an int8 kernel's folded bias and REQUANT records)
+    computes every output pixel.  The array spends ``stride^2`` times the transposed
+    convolution's MACs, on the zeros; a stride of 1 with an equal border needs no buffer (the
+    conv pads, with ``zero`` too).  ``quant``: the int8 kernel's QuantAttrs."""
+    from dataclasses import replace
+
+    from npuc.ir.ops.linalg import Conv2dAttrs
+
+    x, y = node.inputs[0], node.outputs[0]
     a = node.attrs
     n, c, h, wd = x.type.shape
-    _, og, kh, kw = w.type.shape
+    og, kh, kw = node.inputs[1].type.shape[1:]
     g = a.groups
-    flipped = (wc.reshape(g, c // g, og, kh, kw).transpose(1, 2).reshape(g * og, c // g, kh, kw).flip(-2, -1))
-    wt = ctx.const_tensor(ctx.const_of[w], flipped.contiguous(), "~convT")
     lo = [a.dilation[i] * (k - 1) - a.padding[i] for i, k in enumerate((kh, kw))]
     hi = [lo[i] + a.output_padding[i] for i in range(2)]
-    epi = bias_epilogue(ctx, b, y.type.shape, 1)
     kind = "depthwise_conv2d" if g > 1 and g == c == g * og else "conv2d"
 
     def conv(inp, padding):
-        return ctx.kernel(node, kind, (inp, wt), ctx.out(y), Conv2dAttrs((1, 1), tuple(padding), a.dilation, g), epi)
+        k = ctx.kernel(node, kind, (inp, wt, *consts), ctx.out(y), Conv2dAttrs((1, 1), tuple(padding), a.dilation, g),
+                       epi)
+        return k if quant is None else replace(k, quant=quant)
 
     if a.stride == (1, 1) and lo == hi and min(lo) >= 0:
         xt, pre = channels_last(ctx, node, ctx.tensor(x))
@@ -204,7 +224,7 @@ def lower_conv_transpose(ctx: LowerContext, node: Node):
     oh, ow = y.type.shape[2:]
     hp, wp = oh + a.dilation[0] * (kh - 1), ow + a.dilation[1] * (kw - 1)
     buf = ctx.temp(f"{y.name}.zero_inserted", (n, c, hp, wp), NHWC)
-    fill = ctx.kernel(node, "fill", (), buf, FillAttrs(0.0), suffix=".zeros")
+    fill = ctx.kernel(node, "fill", (), buf, FillAttrs(zero), suffix=".zeros")
     src, dst = ctx.tensor(x), buf
     for d, (size, s, first) in enumerate(zip((h, wd), a.stride, lo), start=2):
         i0 = max(0, -(-(-first) // s))  # first input row whose position first + i*s is >= 0

@@ -8,7 +8,6 @@ whose arguments and results are the graph's inputs and outputs, lowered op by op
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -170,13 +169,14 @@ def export_mlir(model_or_graph: Any, example_inputs: Sequence[torch.Tensor] | No
                 path: str | Path | None = None, **import_opts: Any) -> str:
     """The optimized graph of a model (a ``torch.nn.Module`` with its example inputs, an ONNX model,
     or an npuc ``Graph``) as MLIR text; also written to ``path`` (atomically) when given."""
+    from npuc.fileio import check_output_path, write_atomic
+
+    if path is not None:
+        check_output_path(path, "the MLIR text")  # before the import, not after it
     g = _graph_of(model_or_graph, example_inputs, import_opts)
     text = graph_to_mlir(g, dialect)
     if path is not None:
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text, "the MLIR text")
     return text
 
 

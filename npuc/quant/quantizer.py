@@ -1,8 +1,9 @@
 """The PT2E quantizer of the NPU.
 
 :class:`NpuQuantizer` annotates an exported (pre-dispatch ATen) graph with what the NPU runs in
-int8 (docs/quantization.md): conv and linear with symmetric int8 weights (per output channel by
-default) and int32 bias of scale ``input scale x weight scale``; per-tensor int8 activations;
+int8 (docs/quantization.md): conv, transposed conv and linear with symmetric int8 weights (per
+output channel by default: axis 0, or axis 1 of a transposed convolution's ``[I, O/groups, ...]``
+weight) and int32 bias of scale ``input scale x weight scale``; per-tensor int8 activations;
 add, mul, matmul; max/avg/adaptive-avg pooling and means; concat with one set of parameters for
 all its operands; relu/relu6/hardtanh/clamp fused into their producer (one output observer after
 the activation); sigmoid, tanh, hardswish, hardsigmoid, silu and gelu (lookup tables); and the
@@ -87,6 +88,8 @@ def _observed(observer: Any, options: QuantOptions, **kwargs: Any) -> Any:
 
 # Each annotated ATen op -> the npuc graph op it becomes (what QuantOptions.float_ops names).
 CONV_OPS = {aten.conv2d.default: "conv2d", aten.conv1d.default: "conv2d"}
+# Transposed convolutions: weight [I, O/groups, k...], output channels on axis 1.
+CONV_TRANSPOSE_OPS = {aten.conv_transpose2d.input: "conv_transpose2d", aten.conv_transpose1d.default: "conv_transpose2d"}
 LINEAR_OPS = {aten.linear.default: "linear"}
 BINARY_OPS = {
     aten.add.Tensor: "add", aten.add_.Tensor: "add", aten.mul.Tensor: "mul", aten.mul_.Tensor: "mul",
@@ -118,6 +121,7 @@ SHARING_OPS = {
     aten.clone.default: "reshape", aten.dropout.default: "reshape", aten.expand.default: "expand",
     aten.upsample_nearest2d.vec: "upsample_nearest2d", aten.pad.default: "pad",
     aten.constant_pad_nd.default: "pad", aten.flip.default: "flip",
+    aten.index_select.default: "index_select", aten.gather.default: "gather", aten.index.Tensor: "index_select",
 }
 CONCAT_OPS = {aten.cat.default: "concat", aten.concat.default: "concat"}
 # Batch norms left in the graph for quantization-aware training (folded by convert_pt2e).
@@ -138,11 +142,16 @@ def activation_spec(options: QuantOptions) -> QuantizationSpec:
     )
 
 
-def weight_spec(options: QuantOptions) -> QuantizationSpec:
-    """Symmetric int8 weights in [-127, 127], per output channel (axis 0) or per tensor."""
+def weight_axis(node: Node) -> int:
+    """The axis of a weight's output channels: 1 for a transposed convolution, else 0."""
+    return 1 if node.target in CONV_TRANSPOSE_OPS else 0
+
+
+def weight_spec(options: QuantOptions, axis: int = 0) -> QuantizationSpec:
+    """Symmetric int8 weights in [-127, 127], per output channel (``axis``) or per tensor."""
     if options.per_channel:
         return QuantizationSpec(
-            dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=0,
+            dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric, ch_axis=axis,
             observer_or_fake_quant_ctr=_observed(PerChannelMinMaxObserver, options, eps=2**-12),
         )
     return QuantizationSpec(
@@ -152,12 +161,17 @@ def weight_spec(options: QuantOptions) -> QuantizationSpec:
 
 
 def bias_spec(node: Node, options: QuantOptions) -> DerivedQuantizationSpec:
-    """int32 bias of scale ``input scale x weight scale`` and zero point 0."""
+    """int32 bias of scale ``input scale x weight scale`` and zero point 0.  A grouped transposed
+    convolution's weight has one scale per output channel of a group (axis 1 holds O/groups):
+    output channel ``g * O/groups + j`` has scale ``j``, so the scales repeat once per group."""
     x, w = node.args[0], node.args[1]
+    groups = _transposed_groups(node)
 
     def derive(observers: list) -> tuple[torch.Tensor, torch.Tensor]:
         act_scale, _ = observers[0].calculate_qparams()
         w_scale, _ = observers[1].calculate_qparams()
+        if options.per_channel:
+            w_scale = w_scale.repeat(groups)
         scale = (act_scale * w_scale).to(torch.float32)
         return scale, torch.zeros_like(scale, dtype=torch.int32)
 
@@ -167,6 +181,14 @@ def bias_spec(node: Node, options: QuantOptions) -> DerivedQuantizationSpec:
         qscheme=torch.per_channel_symmetric if options.per_channel else torch.per_tensor_symmetric,
         ch_axis=0,
     )
+
+
+def _transposed_groups(node: Node) -> int:
+    """The groups of a transposed convolution node (1 for any other node)."""
+    if node.target not in CONV_TRANSPOSE_OPS:
+        return 1
+    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+    return int(groups)
 
 
 # ---------------------------------------------------------------------------- the quantizer
@@ -195,7 +217,7 @@ class NpuQuantizer(Quantizer):
             if ann is None:
                 continue
             for arg, spec in ann.input_qspec_map.items():
-                problem = spec_problem(spec, _role(node, arg))
+                problem = spec_problem(spec, _role(node, arg), weight_axis(node))
                 if problem:
                     raise NpucError(f"node {node.name} ({node.target}): its input {arg.name} is {problem}")
             problem = spec_problem(ann.output_qspec, "activation")
@@ -207,7 +229,8 @@ class NpuQuantizer(Quantizer):
     def _annotate(self, node: Node) -> None:
         t = node.target
         table: list[tuple[dict, Callable[[Node], None]]] = [
-            (CONV_OPS, self._weighted), (LINEAR_OPS, self._weighted), (BINARY_OPS, self._binary),
+            (CONV_OPS, self._weighted), (CONV_TRANSPOSE_OPS, self._weighted), (LINEAR_OPS, self._weighted),
+            (BINARY_OPS, self._binary),
             (LUT_OPS, self._unary), (AVERAGE_OPS, self._unary), (FUSABLE_ACTIVATIONS, self._standalone_activation),
             (SHARING_OPS, self._sharing), (CONCAT_OPS, self._concat),
         ]
@@ -221,7 +244,8 @@ class NpuQuantizer(Quantizer):
         """The batch norm that is the only user of a convolution (QAT keeps it in the graph
         until convert folds it: it belongs to the convolution, unobserved)."""
         users = list(node.users)
-        if node.target in CONV_OPS and len(users) == 1 and users[0].target in BATCH_NORMS:
+        if (node.target in CONV_OPS or node.target in CONV_TRANSPOSE_OPS) and len(users) == 1 \
+                and users[0].target in BATCH_NORMS:
             return users[0]
         return None
 
@@ -257,7 +281,8 @@ class NpuQuantizer(Quantizer):
         bias = node.args[2] if len(node.args) > 2 else None
         if not (isinstance(x, Node) and isinstance(w, Node)):
             return
-        inputs: dict[Node, QuantizationSpecBase] = {x: activation_spec(self.options), w: weight_spec(self.options)}
+        inputs: dict[Node, QuantizationSpecBase] = {
+            x: activation_spec(self.options), w: weight_spec(self.options, weight_axis(node))}
         if isinstance(bias, Node):
             inputs[bias] = bias_spec(node, self.options)
         self._finish(node, inputs)
@@ -306,7 +331,7 @@ class NpuQuantizer(Quantizer):
 
 def _role(node: Node, arg: Node) -> str:
     """What an input of an annotated node is to the NPU: a weight, a bias or an activation."""
-    if node.target in CONV_OPS or node.target in LINEAR_OPS:
+    if node.target in CONV_OPS or node.target in CONV_TRANSPOSE_OPS or node.target in LINEAR_OPS:
         if len(node.args) > 1 and node.args[1] is arg:
             return "weight"
         if len(node.args) > 2 and node.args[2] is arg:
@@ -314,8 +339,9 @@ def _role(node: Node, arg: Node) -> str:
     return "activation"
 
 
-def spec_problem(spec: QuantizationSpecBase | None, role: str) -> str | None:
-    """Why the NPU cannot run a tensor quantized by ``spec`` in ``role`` (None: it can)."""
+def spec_problem(spec: QuantizationSpecBase | None, role: str, axis: int = 0) -> str | None:
+    """Why the NPU cannot run a tensor quantized by ``spec`` in ``role`` (None: it can); a
+    weight's per-channel scales must lie along ``axis``, its output channels."""
     if spec is None or isinstance(spec, SharedQuantizationSpec):
         return None
     if not isinstance(spec, (QuantizationSpec, DerivedQuantizationSpec)):
@@ -332,8 +358,9 @@ def spec_problem(spec: QuantizationSpecBase | None, role: str) -> str | None:
         return "an activation quantized per channel; the NPU's activations have one scale per tensor"
     if role != "activation" and spec.qscheme in (torch.per_tensor_affine, torch.per_channel_affine):
         return f"a {role} quantized asymmetrically; the NPU's {role}s have zero point 0"
-    if role == "weight" and per_channel and spec.ch_axis not in (0, None):
-        return f"a weight quantized per channel along axis {spec.ch_axis}; the NPU scales output channels (axis 0)"
+    if role == "weight" and per_channel and (spec.ch_axis or 0) != axis:
+        return (f"a weight quantized per channel along axis {spec.ch_axis}; the NPU scales output channels "
+                f"(axis {axis})")
     return None
 
 

@@ -69,6 +69,8 @@ def inspect_npub(data: bytes, art) -> dict:
                         for r in npub.memory_plan.regions],
             "sram": [{"scratchpad_bytes": s.scratchpad_bytes, "accumulator_bytes": s.accumulator_bytes}
                      for s in npub.memory_plan.sram],
+            "on_chip": [{"buffer": b, "scratchpad_addr": a, "bytes": n, "first_step": f, "last_step": l}
+                        for b, a, n, f, l in json.loads(meta.get("npuc.on_chip", "[]"))],
         },
         "metadata_keys": sorted(meta),
     }
@@ -106,6 +108,11 @@ def inspect_text(d: dict) -> str:
     for r in mp["regions"]:
         lines.append(f"  {r['kind']:<12} {r['name']:<24} offset {r['offset']:>12,}  {r['bytes']:>12,} bytes"
                      + (f"  in {r['memory']}" if r.get("memory") else ""))
+    if mp.get("on_chip"):
+        lines.append(f"  kept in the scratchpad across kernels: {len(mp['on_chip'])} activations")
+        for t in mp["on_chip"]:
+            lines.append(f"    {t['buffer']:<36} scratchpad 0x{t['scratchpad_addr']:06x}  {t['bytes']:>10,} bytes  "
+                         f"steps {t['first_step']}..{t['last_step']}")
     return "\n".join(lines) + "\n"
 
 

@@ -294,9 +294,10 @@ def compulsory_bytes(npub, target) -> tuple[tuple[str, int], ...]:
 
     from npuc.runtime.npub_model import RegionKind
 
+    saved = npub.weight_streams.saved_bytes if getattr(npub, "weight_streams", None) is not None else 0
     for r in npub.memory_plan.regions:
         if r.kind == RegionKind.CONSTANTS:
-            add(r.offset, len(npub.constants))
+            add(r.offset, len(npub.constants) - saved)  # compressed weights count as their streams
     for t in (*npub.io_signature.inputs, *npub.io_signature.outputs):
         add(t.dram_offset, t.type.nbytes)
     return tuple((m.name, per[m.name]) for m in target.memories if m.name in per)

@@ -24,6 +24,10 @@ from npuc.runtime import npub_sections as sec
 from npuc.runtime.npub_codec import ByteReader, ByteWriter, align_up, format_error
 from npuc.runtime.npub_model import (
     REQUIRED_SECTIONS,
+    REQUIRED_WHEN_PRESENT,
+    CompressedConstant,
+    WeightStream,
+    WeightStreams,
     BindingRole,
     CpuBinding,
     CpuSubgraph,
@@ -46,6 +50,10 @@ __all__ = [
     "FORMAT_VERSION",
     "HOST_CODE_VERSION",
     "HostModule",
+    "WEIGHT_STREAMS_VERSION",
+    "CompressedConstant",
+    "WeightStream",
+    "WeightStreams",
     "MAGIC",
     "SECTION_ALIGNMENT",
     "BindingRole",
@@ -78,6 +86,7 @@ __all__ = [
 MAGIC = b"\x89NPUB\r\n\x1a"
 FORMAT_VERSION = (3, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 3: variable-length instructions, LOOP periods
 HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x readers skip the section
+WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -141,6 +150,7 @@ class Npub:
     debug_map: tuple[tuple[DebugEntry, ...], ...] | None = None
     metadata: Metadata | None = None
     host_code: tuple[HostModule, ...] = ()
+    weight_streams: WeightStreams | None = None  # compressed weights (format 3.2); None: every weight raw
 
     def __post_init__(self) -> None:
         if isinstance(self.constants, (bytearray, memoryview)):
@@ -155,14 +165,18 @@ class Npub:
         if self.debug_map is not None:
             object.__setattr__(self, "debug_map", tuple(tuple(e) for e in self.debug_map))
 
+    @property
+    def format_version(self) -> tuple[int, int]:
+        """The version this container is written as: the oldest that has every section it holds."""
+        if self.weight_streams is not None:
+            return WEIGHT_STREAMS_VERSION
+        return HOST_CODE_VERSION if self.host_code else FORMAT_VERSION
+
     def to_bytes(self) -> bytes:
         """The canonical encoding of this container (the same bytes every time)."""
         validate_npub(self)
         return assemble(
-            Container(
-                HOST_CODE_VERSION if self.host_code else FORMAT_VERSION, self.target_name, self.target_fingerprint,
-                encode_sections(self),
-            )
+            Container(self.format_version, self.target_name, self.target_fingerprint, encode_sections(self))
         )
 
 
@@ -188,7 +202,7 @@ class Container:
 
 def section_flags(kind: SectionKind) -> int:
     """The flags a section of a known kind carries."""
-    return FLAG_REQUIRED if kind in REQUIRED_SECTIONS else 0
+    return FLAG_REQUIRED if kind in REQUIRED_SECTIONS or kind in REQUIRED_WHEN_PRESENT else 0
 
 
 # ------------------------------------------------------------------------------------ write
@@ -213,6 +227,9 @@ def encode_sections(n: Npub) -> tuple[RawSection, ...]:
     if n.host_code:
         host_code = n.host_code
         encoders.append((SectionKind.HOST_CODE, lambda w: sec.encode_host_code(w, host_code)))
+    if n.weight_streams is not None:
+        weight_streams = n.weight_streams
+        encoders.append((SectionKind.WEIGHT_STREAMS, lambda w: sec.encode_weight_streams(w, weight_streams)))
     out = []
     for kind, encode in encoders:
         w = ByteWriter(None, f"{kind.name} section")
@@ -342,6 +359,8 @@ def _check_kind(kind: int, flags: int, previous: int, minor: int, where: str, so
         raise _fail(source, where, f"section flags are {flags:#x}; only bit 0 (required) is defined")
     if kind == SectionKind.HOST_CODE and minor < HOST_CODE_VERSION[1]:
         raise _fail(source, where, f"section HOST_CODE appears in a format {FORMAT_VERSION[0]}.{minor} file; it exists from format {HOST_CODE_VERSION[0]}.{HOST_CODE_VERSION[1]}")
+    if kind == SectionKind.WEIGHT_STREAMS and minor < WEIGHT_STREAMS_VERSION[1]:
+        raise _fail(source, where, f"section WEIGHT_STREAMS appears in a format {FORMAT_VERSION[0]}.{minor} file; it exists from format {WEIGHT_STREAMS_VERSION[0]}.{WEIGHT_STREAMS_VERSION[1]}")
     if kind in SectionKind._value2member_map_:
         if flags != section_flags(SectionKind(kind)):
             raise _fail(source, where, f"section {_kind_name(kind)} has flags {flags:#x}, not {section_flags(SectionKind(kind)):#x}")
@@ -424,6 +443,7 @@ _DECODERS: dict[SectionKind, Callable[[ByteReader], object]] = {
     SectionKind.DEBUG_MAP: sec.decode_debug_map,
     SectionKind.METADATA: sec.decode_metadata,
     SectionKind.HOST_CODE: sec.decode_host_code,
+    SectionKind.WEIGHT_STREAMS: sec.decode_weight_streams,
 }
 
 
@@ -506,6 +526,7 @@ def load_npub(
         parts.get(SectionKind.DEBUG_MAP),  # type: ignore[arg-type]
         parts.get(SectionKind.METADATA),  # type: ignore[arg-type]
         parts.get(SectionKind.HOST_CODE, ()),  # type: ignore[arg-type]
+        parts.get(SectionKind.WEIGHT_STREAMS),  # type: ignore[arg-type]
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None

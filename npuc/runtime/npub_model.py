@@ -26,6 +26,7 @@ class SectionKind(enum.IntEnum):
     DEBUG_MAP = 7
     METADATA = 8
     HOST_CODE = 9  # format 2.1: CPU segments compiled ahead of time (npuc.host)
+    WEIGHT_STREAMS = 10  # format 3.2: weights stored as streams of the weight codec (npuc.isa.weight_codec)
 
 
 # Sections a reader must understand (REQUIRED flag set) and that every container holds.
@@ -38,7 +39,10 @@ REQUIRED_SECTIONS = (
     SectionKind.SEGMENTS,
 )
 # Sections a container may leave out (a stripped build) and a reader may skip.
-OPTIONAL_SECTIONS = (SectionKind.DEBUG_MAP, SectionKind.METADATA, SectionKind.HOST_CODE)
+OPTIONAL_SECTIONS = (SectionKind.DEBUG_MAP, SectionKind.METADATA, SectionKind.HOST_CODE, SectionKind.WEIGHT_STREAMS)
+# Optional sections that a reader must still understand when present (REQUIRED flag set): a
+# reader that cannot decode the weight streams cannot run the code that reads them.
+REQUIRED_WHEN_PRESENT = (SectionKind.WEIGHT_STREAMS,)
 
 
 class RegionKind(enum.IntEnum):
@@ -185,6 +189,47 @@ class HostModule:
     subgraph: int
     triple: str
     code: bytes
+
+
+@dataclass(frozen=True)
+class WeightStream:
+    """One stream of the weight codec in the constants blob: its address (system address map),
+    its bytes, the bytes it decodes to, and the CRC-32 of those."""
+
+    offset: int
+    stream_bytes: int
+    decoded_bytes: int
+    crc32: int
+
+
+@dataclass(frozen=True)
+class CompressedConstant:
+    """A constant of the blob whose raw bytes were replaced by streams: its address, its raw size
+    and the bytes its streams take (the rest of its bytes are zero)."""
+
+    offset: int
+    raw_bytes: int
+    stored_bytes: int
+
+
+@dataclass(frozen=True)
+class WeightStreams:
+    """The WEIGHT_STREAMS section: every stream and every constant they replace."""
+
+    streams: tuple[WeightStream, ...] = ()
+    constants: tuple[CompressedConstant, ...] = ()
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes of the constants no longer stored (raw minus stream bytes)."""
+        return sum(c.raw_bytes - c.stored_bytes for c in self.constants)
+
+    def stored_fraction(self, addr: int) -> float:
+        """Stored over raw bytes of the constant at ``addr`` (1.0 when it is not compressed)."""
+        for c in self.constants:
+            if c.offset <= addr < c.offset + c.raw_bytes:
+                return c.stored_bytes / c.raw_bytes
+        return 1.0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from npuc.ir.types import QuantParams, TensorType
 from npuc.runtime.npub_codec import STRING_PREFIX, ByteReader, ByteWriter, align_up
 from npuc.runtime.npub_model import (
     HostModule,
+    CompressedConstant,
+    WeightStream,
+    WeightStreams,
     DTYPE_CODES,
     DTYPE_OF_CODE,
     MAX_RANK,
@@ -288,6 +291,34 @@ def decode_host_code(r: ByteReader) -> tuple[HostModule, ...]:
         out.append(HostModule(sub, triple, r.raw(size, f"{f}.code")))
     r.end()
     return tuple(out)
+
+
+# -------------------------------------------------------------------------- WEIGHT_STREAMS
+
+
+def encode_weight_streams(w: ByteWriter, ws: WeightStreams) -> None:
+    w.u32(len(ws.streams), "stream count")
+    for i, s in enumerate(ws.streams):
+        w.u64(s.offset, f"stream[{i}].offset")
+        w.u32(s.stream_bytes, f"stream[{i}].stream_bytes")
+        w.u32(s.decoded_bytes, f"stream[{i}].decoded_bytes")
+        w.u32(s.crc32, f"stream[{i}].crc32")
+    w.u32(len(ws.constants), "constant count")
+    for i, c in enumerate(ws.constants):
+        w.u64(c.offset, f"constant[{i}].offset")
+        w.u64(c.raw_bytes, f"constant[{i}].raw_bytes")
+        w.u64(c.stored_bytes, f"constant[{i}].stored_bytes")
+
+
+def decode_weight_streams(r: ByteReader) -> WeightStreams:
+    streams = tuple(WeightStream(r.u64(f"stream[{i}].offset"), r.u32(f"stream[{i}].stream_bytes"),
+                                 r.u32(f"stream[{i}].decoded_bytes"), r.u32(f"stream[{i}].crc32"))
+                    for i in range(r.count("stream count", 20)))
+    constants = tuple(CompressedConstant(r.u64(f"constant[{i}].offset"), r.u64(f"constant[{i}].raw_bytes"),
+                                         r.u64(f"constant[{i}].stored_bytes"))
+                      for i in range(r.count("constant count", 24)))
+    r.end()
+    return WeightStreams(streams, constants)
 
 
 # -------------------------------------------------------------------------------- SEGMENTS

@@ -87,6 +87,8 @@ def validate_npub(n: "Npub", source: str | None = None, instr_counts: Sequence[i
     _check_io(n.io_signature.outputs, "output", arena, c)
     _check_cpu_fallback(n.cpu_fallback, arena, len(n.constants), _Check(source, "CPU_FALLBACK section"))
     _check_host_code(n, _Check(source, "HOST_CODE section"))
+    if getattr(n, "weight_streams", None) is not None:
+        _check_weight_streams(n, _Check(source, "WEIGHT_STREAMS section"))
     _check_segments(n, _Check(source, "SEGMENTS section"))
     if n.debug_map is not None:
         _check_debug_map(n.debug_map, len(n.code_segments), instr_counts, _Check(source, "DEBUG_MAP section"))
@@ -199,6 +201,37 @@ def _check_host_code(n, c: _Check) -> None:
         if not m.triple or not m.code:
             raise c.fail(f"module {i} has an empty target triple or no code")
         seen.add(m.subgraph)
+
+
+def _check_weight_streams(n, c: _Check) -> None:
+    """Every stream inside the constants blob, in address order, not overlapping, decoding to its
+    stated bytes with its CRC; every compressed constant inside the blob, holding its streams."""
+    import zlib
+
+    from npuc.isa.weight_codec import WeightStreamError, decode
+    from npuc.runtime.npub_model import RegionKind
+
+    ws = n.weight_streams
+    base = next((r.offset for r in n.memory_plan.regions if r.kind == RegionKind.CONSTANTS), 0)
+    end = base + len(n.constants)
+    previous = base
+    for i, s in enumerate(ws.streams):
+        if s.offset < previous or s.offset + s.stream_bytes > end:
+            raise c.fail(f"stream {i} at 0x{s.offset:x} ({s.stream_bytes} bytes) is not inside the constants blob "
+                         f"[0x{base:x}, 0x{end:x}) after the stream before it")
+        data = n.constants[s.offset - base:s.offset - base + s.stream_bytes]
+        try:
+            decoded = decode(data, s.decoded_bytes)
+        except WeightStreamError as e:
+            raise c.fail(f"stream {i} at 0x{s.offset:x} does not decode to its {s.decoded_bytes} bytes: {e}") from None
+        if zlib.crc32(decoded) != s.crc32:
+            raise c.fail(f"stream {i} at 0x{s.offset:x} decodes to bytes whose CRC-32 is 0x{zlib.crc32(decoded):08x}, "
+                         f"not the 0x{s.crc32:08x} recorded")
+        previous = s.offset + s.stream_bytes
+    for i, k in enumerate(ws.constants):
+        if k.offset < base or k.offset + k.raw_bytes > end or k.stored_bytes > k.raw_bytes:
+            raise c.fail(f"compressed constant {i} at 0x{k.offset:x} ({k.raw_bytes} raw bytes, {k.stored_bytes} stored) "
+                         f"is not inside the constants blob [0x{base:x}, 0x{end:x}) or stores more than it replaces")
 
 
 def _check_cpu_fallback(subgraphs: tuple[CpuSubgraph, ...], arena: int, n_constants: int, c: _Check) -> None:

@@ -210,22 +210,31 @@ def held_names(attrs: ChainAttrs) -> tuple[str, ...]:
     return tuple(attrs.intermediates) + tuple(t.name for t in staged_inputs(attrs.members, attrs.intermediates))
 
 
+SECOND = "#1"  # suffix of a staged input's second buffer (odd stripes load into it)
+
+
 def chain_layout(attrs: ChainAttrs, spad_bytes: int, stripes: tuple[Stripe, ...]) -> ChainLayout | None:
     """Where the chain's buffers go (top of the scratchpad), or None when they leave the members
-    less than a quarter of it."""
+    less than a quarter of it.  A staged input is double-buffered (the next stripe's rows load
+    while this stripe's are read) when both halves fit, else single-buffered."""
     members = attrs.members
     held = {k.output.name: k.output for k in members} | {t.name: t for t in staged_inputs(members, attrs.intermediates)}
+    staged = {t.name for t in staged_inputs(members, attrs.intermediates)}
     sizes = []
     for name in held_names(attrs):
         rows = max(b - a for s in stripes for n, a, b in s.held if n == name)
         sizes.append((name, _align(max(1, rows) * row_bytes(held[name]))))
     res = [(t.name, _align(buffer_bytes(t))) for t in constant_inputs(members)] if attrs.resident_weights else []
-    total = sum(n for _, n in sizes + res)
-    member = (spad_bytes - total) // ALIGN * ALIGN
-    if member < spad_bytes // 4:
+    seconds = [(name + SECOND, n) for name, n in sizes if name in staged and len(stripes) > 1]
+    for extra in (seconds, []):
+        total = sum(n for _, n in sizes + extra + res)
+        member = (spad_bytes - total) // ALIGN * ALIGN
+        if member >= spad_bytes // 4:
+            break
+    else:
         return None
     out_b, out_r, top = [], [], member
-    for name, n in sizes:
+    for name, n in sizes + extra:
         out_b.append((name, top, n))
         top += n
     for (name, n), t in zip(res, constant_inputs(members) if attrs.resident_weights else ()):
@@ -341,3 +350,35 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
     if attrs.resident_weights:
         dram += sum(consts.values())
     return Estimate(cycles, dram, copies, macs, _energy(target, members[0].dtype.name, macs, dram, copies, cycles))
+
+
+def program_estimate(steps, target, cycles: int | None = None) -> Estimate:
+    """Cycles, off-chip bytes, scratchpad copy bytes, MACs and energy of a list of steps (a tile
+    program's, or a kernel's emission recorded): cycles by the four-queue timeline walk
+    (``npuc.schedule.vector_cost``; ``cycles`` when already walked), energy from every
+    instruction's own energy actions (the counts the simulator sums) priced by the target's
+    energy table, plus static energy over the cycles.  Nothing is estimated by hand: this is what
+    the simulator counts."""
+    from npuc.isa.actions import Actions, energy_breakdown
+    from npuc.isa.instr import build_args, get_def
+    from npuc.schedule.vector_cost import timeline
+
+    steps = tuple(steps)
+    if cycles is None:
+        cycles = max((t.end for t in timeline(steps, target)), default=0)
+    n = len(target.memories)
+    totals: list[int] | None = None
+    seen: dict = {}
+    for s in steps:
+        # only a transfer's actions depend on its addresses (the memory its DRAM side falls in)
+        key = s if s.op in ("DMA_LOAD", "DMA_STORE") else s.shape_key()
+        flat = seen.get(key)
+        if flat is None:
+            d = get_def(s.op)
+            args = build_args(d, s.kwargs())
+            flat = seen[key] = d.actions(args, target, d.regions(args)).flat(n)
+        totals = list(flat) if totals is None else [x + y for x, y in zip(totals, flat)]
+    total = Actions.from_flat(totals, n) if totals is not None else Actions()
+    dynamic = sum(energy_breakdown(total, target).values())
+    return Estimate(cycles, total.dram_read + total.dram_write, total.spad_read + total.spad_write, total.macs,
+                    dynamic + target.static_energy_pj(cycles))

@@ -22,6 +22,7 @@ from npuc.targets.target import (
     ScratchpadConfig,
     Target,
     VectorConfig,
+    WeightDecoderConfig,
 )
 
 DEFAULT_TARGET = "npu-mid"
@@ -80,6 +81,8 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         energy=EnergyConfig(**{k: float(v) for k, v in s.energy.model_dump().items() if k != "dram_pj_per_byte"}),
         area=None if s.area is None else AreaConfig(
             **{k: v if k.endswith("_ports") else float(v) for k, v in s.area.model_dump().items()}),
+        weight_decoder=None if s.weight_decoder is None else WeightDecoderConfig(
+            _number(s.weight_decoder.bytes_per_cycle), s.weight_decoder.latency_cycles, float(s.weight_decoder.pj_per_byte)),
         host_triple=s.host.triple if s.host is not None else None,
     )
 

@@ -9,6 +9,11 @@ the kernels tile with the scratchpad that remains.  The memory planner then plac
 activations that fit there, by liveness, before DRAM.  The result is a target of its own (its own
 fingerprint and name, ``NAME.residentNk``): a binary built for it records it.  Not modelled: the
 copies share the scratchpad banks with the kernels' own accesses.
+
+This is the architect's fixed split (``bench/memory_bench.py --resident-kib``).  The compiler's
+own choice of what stays on chip, for the unchanged target, is ``npuc.compile(...,
+resident=True)`` (``npuc.codegen.resident_plan``), where the kernels reach the tensors in the
+scratchpad directly (``npuc.codegen.local_memory``).
 """
 
 from __future__ import annotations

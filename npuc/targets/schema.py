@@ -222,6 +222,16 @@ class AreaSchema(_Strict):
     fixed_mm2: float = key("mm^2", "DMA engine, instruction fetch and decode, control: independent of the sizes above", ge=0)
 
 
+class WeightDecoderSchema(_Strict):
+    """``[weight_decoder]``: a lossless weight decoder in the DMA path (optional): DMA_LOAD_DECODE reads a compressed weight stream and writes the decoded bytes to the scratchpad (npuc.isa.weight_codec)."""
+
+    # Without it the compiler loads every weight raw; with it, it compresses a weight load whose
+    # stream saves at least one burst of the memory the weights live in.
+    bytes_per_cycle: float = key("B/cycle", "decoded bytes the decoder writes per cycle", gt=0, le=4096)
+    latency_cycles: int = key("cycles", "pipeline latency of the decoder, added to the transfer's", ge=0, le=1 << 16)
+    pj_per_byte: float = key("pJ/B", "decoding, per decoded byte", ge=0, le=MAX_ENERGY_PJ)
+
+
 class HostSchema(_Strict):
     """``[host]``: the CPU beside the NPU, which runs the CPU segments (optional)."""
 
@@ -243,6 +253,7 @@ class TargetSchema(_Strict):
     clock: ClockSchema
     energy: EnergySchema
     area: AreaSchema | None = Field(None, description="the area estimate (optional)")
+    weight_decoder: WeightDecoderSchema | None = Field(None, description="a weight decoder in the DMA path (optional; absent: none)")
     host: HostSchema | None = Field(None, description="the host CPU (optional; default: the machine npuc runs on)")
 
     @field_validator("memory")

@@ -171,6 +171,16 @@ class AreaConfig:
     fixed_mm2: float
 
 
+@dataclass(frozen=True)
+class WeightDecoderConfig:
+    """A lossless weight decoder in the DMA path (``[weight_decoder]``): DMA_LOAD_DECODE streams a
+    compressed weight stream through it into the scratchpad."""
+
+    bytes_per_cycle: float   # decoded bytes written per cycle
+    latency_cycles: int      # pipeline latency, added to the transfer's
+    pj_per_byte: float       # energy per decoded byte
+
+
 # Parameters that name or describe a target rather than what its binaries do: not in the
 # fingerprint (the area estimate and the host triple change no instruction, no timing and no
 # energy figure).
@@ -191,6 +201,7 @@ class Target:
     clock: ClockConfig
     energy: EnergyConfig
     area: AreaConfig | None = None
+    weight_decoder: WeightDecoderConfig | None = None  # [weight_decoder]; None: weights load raw
     host_triple: str | None = None  # [host] triple: what CPU segments are compiled for (None: this machine)
 
     # ------------------------------------------------------------------ derived figures
@@ -318,8 +329,9 @@ class Target:
         triple = d.pop("host_triple", None)
         if triple is not None:
             d["host"] = {"triple": triple}
-        if d.get("area") is None:
-            d.pop("area", None)
+        for optional in ("area", "weight_decoder"):
+            if d.get(optional) is None:
+                d.pop(optional, None)
         return d
 
     def hardware_params(self) -> dict:
@@ -329,6 +341,8 @@ class Target:
         d = dataclasses.asdict(self)
         for key in _NOT_HARDWARE:
             d.pop(key)
+        if d["weight_decoder"] is None:  # a target without one keeps the fingerprint it had before
+            d.pop("weight_decoder")
         (m, *more) = self.memories
         if not more and m == MemoryConfig("dram", "dram", m.size_bytes, m.bytes_per_cycle, m.latency_cycles,
                                           m.burst_bytes, m.read_pj_per_byte, m.read_pj_per_byte, HOLDS, "axi0"):
@@ -359,6 +373,7 @@ class Target:
             ("memories", "; ".join(_memory_summary(m, self.clock_hz) for m in self.memories)),
             ("DRAM bandwidth", f"{self.dram_gb_per_s:.3g} GB/s ({self.dram_bytes_per_cycle:g} B/cycle)"),
             ("DMA latency", f"{self.dma.latency_cycles} cycles"),
+            ("weight decoder", f"{self.weight_decoder.bytes_per_cycle:g} B/cycle decoded" if self.weight_decoder else "none"),
             ("DRAM", _size_text(self.dram.size_bytes)),
             ("static power", f"{self.energy.static_power_mw:g} mW"),
             ("area (estimate)", f"{self.area_mm2:.3g} mm^2" if self.area is not None else "-"),

@@ -165,3 +165,37 @@ def test_chain_text_round_trips_and_compiles_deterministically():
     (lk,) = chains(a)
     assert parse_kernel(print_kernel(lk)) == lk
     assert "kernel" in print_kernel(lk).split("{", 1)[1]  # members nest in the text form
+
+
+def test_cycles_not_worse_keeps_only_chains_that_are_not_slower():
+    """With ``cycles_not_worse`` every chain the cascade keeps is, by its checked estimate (its
+    tile program walked), no slower than its members run one by one, and still saves energy."""
+    from npuc.codegen.memory_plan import relocate_kernel
+    from npuc.lower.cascade import cascade, fused_estimate, pricing_offsets, unfused_cost
+    from npuc.lower.precision import choose_precision
+    from npuc.pipeline import backend_stages, import_model
+
+    torch.manual_seed(3)
+    m = TwoBlocks().eval()
+    x = torch.randn(1, 8, 37, 23)
+    target = small_spad(64)
+    stages = {s.name: s for s in backend_stages(target, choose_precision(target, None), "two")}
+    lowered = import_model(m, (x,), name="two")
+    for name in ("io_edges", "partition", "fuse"):
+        lowered = stages[name].run(lowered)
+    sizes = {b.name: b for b in lowered.buffers}
+    kept = {False: 0, True: 0}
+    for strict in (False, True):
+        for seg in cascade(lowered, cycles_not_worse=strict).segments:
+            for lk in getattr(seg, "kernels", ()):
+                if lk.kernel.kind != "fused_chain":
+                    continue
+                kept[strict] += 1
+                members = lk.kernel.attrs.members
+                offs = pricing_offsets(members, target, sizes)
+                fused = fused_estimate(relocate_kernel(lk.kernel, offs), target)
+                alone = [unfused_cost(relocate_kernel(k, offs), target) for k in members]
+                assert fused.energy_pj < sum(a.energy_pj for a in alone)
+                if strict:
+                    assert fused.cycles <= sum(a.cycles for a in alone)
+    assert kept[False] > 0  # the energy objective alone fuses this model

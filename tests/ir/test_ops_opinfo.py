@@ -556,7 +556,7 @@ NO_OPINFO: dict[str, str] = {
     "const": "not a computation; exercised by every graph with a constant operand",
     **{
         name: "quantized op: checked against PyTorch's quantized reference and exact arithmetic in tests/quant/"
-        for name in ("quantize", "dequantize", "qconv2d", "qlinear", "qmatmul", "qadd", "qmul", "qlut",
+        for name in ("quantize", "dequantize", "qconv2d", "qconv_transpose2d", "qlinear", "qmatmul", "qadd", "qmul", "qlut",
                      "qavg_pool2d", "qmean", "qclamp")
     },
     **{

@@ -106,3 +106,20 @@ def test_a_constant_output_is_refused_with_a_sentence():
 
     with pytest.raises(NpucError, match="is a constant that does not depend on the inputs"):
         npuc.compile(ConstOut().eval(), (torch.randn(3, 1),))
+
+
+def test_an_int8_model_that_returns_its_input_compiles():
+    # found by the random graphs: the input's quantize was moved to the runtime's edge, leaving
+    # the returned float input undefined (a VerifyError after io_edges)
+    class ReturnsInput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("c", torch.randn(2, 2, generator=torch.Generator().manual_seed(284)))
+
+        def forward(self, x):
+            return x, torch.matmul(x, self.c)
+
+    x = torch.round(torch.randn(3, 2, generator=torch.Generator().manual_seed(285)) * 8) / 8
+    art = npuc.compile(ReturnsInput().eval(), (x,), quantize="int8", calibration=[(x,)])
+    same, y = art.run(x)
+    assert torch.equal(same, x) and rel_l2(y, x @ ReturnsInput().c) < 0.1

@@ -71,7 +71,7 @@ def test_op_imports_interprets_exactly_and_compiles(name):
 
 @pytest.mark.parametrize("name", ["elu", "selu", "bilinear", "bilinear_scale_1.5", "bilinear_align_corners",
                                   "group_norm", "instance_norm", "flip_outer", "cumsum", "log1p", "log",
-                                  "conv_transpose2d", "conv_transpose1d", "grid_sample"])
+                                  "conv_transpose2d", "conv_transpose1d", "grid_sample", "gather"])
 def test_on_the_npu(name):
     model, inputs, _ = CASES[name]
     art = npuc.compile(model.eval(), inputs)

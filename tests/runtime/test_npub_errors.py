@@ -146,8 +146,10 @@ def test_truncated_in_each_region(region):
     rejected(GOOD[: cuts[region]], "truncated")
 
 
-# HOST_CODE is not in the example container (tests/host/test_host_code.py truncates it).
-@pytest.mark.parametrize("kind", [k for k in SectionKind if k not in (SectionKind.CONSTANTS, SectionKind.HOST_CODE)])
+# HOST_CODE and WEIGHT_STREAMS are not in the example container (tests/host/test_host_code.py and
+# tests/codegen/test_weight_compression.py truncate them).
+@pytest.mark.parametrize("kind", [k for k in SectionKind
+                                  if k not in (SectionKind.CONSTANTS, SectionKind.HOST_CODE, SectionKind.WEIGHT_STREAMS)])
 def test_truncated_payload_of_each_section_with_fixed_sizes(kind):
     # A section cut short whose table and checksums were rewritten to match: the payload
     # decoder itself finds the truncation.  (The constants blob has no framing to cut.)
@@ -210,7 +212,7 @@ def test_bad_table_checksum():
     rejected(patched(HEADER_SIZE + 30, "<B", 0x41, fix=False), "table checksum does not match")
 
 
-@pytest.mark.parametrize("kind", [k for k in SectionKind if k != SectionKind.HOST_CODE])  # HOST_CODE: tests/host
+@pytest.mark.parametrize("kind", [k for k in SectionKind if k not in (SectionKind.HOST_CODE, SectionKind.WEIGHT_STREAMS)])  # not in the example: tests/host, tests/codegen
 def test_bad_payload_checksum(kind):
     _, _, _, offset, _ = entry(GOOD, entry_index(kind))
     data = bytearray(GOOD)

@@ -22,6 +22,7 @@ from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.ir.ops.resample import GridSampleAttrs
 from npuc.isa.enums import DType
 from npuc.kir.kernel import (
+    GatherRowsAttrs,
     CompareAttrs,
     EpilogueOp,
     FillAttrs,
@@ -159,6 +160,12 @@ def grid_sample(n, c, hw, out_hw, mode, padding, align=False):
                   GridSampleAttrs(mode, padding, align), (), F16)
 
 
+def gather(table, idx_shape, words, dt=F16, base=False, size=None, scale=1, wrap=False):
+    rows = int(np.prod(idx_shape))
+    ins = (_t("t", table, dt), _t("i", idx_shape + (words,), I32)) + ((_t("b", (rows,), I32),) if base else ())
+    return Kernel("ga", "gather", ins, _t("y", (rows, table[1]), dt), GatherRowsAttrs(size or table[0], scale, wrap), (), dt)
+
+
 FP16_CASES = {
     "eltwise-56x56x32": eltwise((1, 32, 56, 56)),
     "eltwise-14x14x96": eltwise((1, 96, 14, 14)),
@@ -188,6 +195,12 @@ FP16_CASES = {
     "grid-sample-bilinear-zeros-14x14x32": grid_sample(1, 32, 14, 14, "bilinear", "zeros"),
     "grid-sample-bilinear-border-align-2x16x16x8": grid_sample(2, 8, 16, 16, "bilinear", "border", True),
     "grid-sample-nearest-zeros-28x28x16": grid_sample(1, 16, 28, 20, "nearest", "zeros"),
+    "gather-embedding-100x64-int64": gather((100, 64), (3, 16), 2),
+    "gather-rows-3x11x2-int32": gather((33, 2), (3, 13), 1, base=True, size=11),
+    "gather-elements-210-wrap": gather((210, 1), (2, 3, 5, 3), 2, base=True, size=7, wrap=True),
+    "gather-rows-4000x16-int64": gather((4000, 16), (1000,), 2),
+    "gather-dram-70001x8-int64": gather((70001, 8), (100,), 2),
+    "gather-dram-70001x64-int32": gather((70001, 64), (2, 9), 1),
 }
 
 INT8_CASES = {
@@ -203,6 +216,8 @@ INT8_CASES = {
     "lut-28x28x32": lut((1, 32, 28, 28)),
     "copy-permute-int8": copy_permute((8, 49, 96), (2, 0, 1), I8),
     "fill-int8": fill((1, 64, 30, 30), I8),
+    "gather-embedding-int8": gather((500, 96), (128,), 2, I8),
+    "gather-dram-int8": gather((70001, 16), (64,), 2, I8),
 }
 
 CASES = [(name, k, t) for t in TARGETS if t.has_fp16 for name, k in FP16_CASES.items()]
@@ -249,9 +264,8 @@ def test_median_error_within_three_percent():
     assert statistics.median(errors) <= 0.03, f"median error {statistics.median(errors):.1%}"
 
 
-# fused_chain is not a vector or move kernel: its members are (and array kernels), each planned
-# and costed by its own implementation; the chain's own choice is the cascade stage's roofline
-# estimate, which is NOT checked here -- the reason fusion across layers is opt-in (design-notes).
+# fused_chain is not a vector or move kernel: its members are (and array kernels); its own tile
+# program (every step of its stripes) is checked against the simulator in test_chain_cost.py.
 COMPOSITE_KINDS = {"fused_chain"}
 
 

@@ -10,43 +10,44 @@ buffer per intermediate tensor holding the rows of the current stripe, and the r
 constants.
 
 The members' implementations address DRAM as always; the one hook is the emitter they are given
-(:class:`_LocalEmitter`): a DMA whose DRAM side lies in an intermediate (placed at a virtual
-address above any DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy
-of the same elements, so an intermediate's bytes never travel to DRAM.  Every other instruction
-passes through to the real emitter, which orders the accesses (dependency tokens) as for any
-kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
+(:class:`npuc.codegen.local_memory.LocalEmitter`, shared with the memory plan's on-chip
+tensors): a DMA whose DRAM side lies in an intermediate (placed at a virtual address above any
+DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy of the same
+elements, so an intermediate's bytes never travel to DRAM.  Every other instruction passes
+through to the real emitter, which orders the accesses (dependency tokens) as for any kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
 constants), so a chain is bit-exact against the integer reference.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from contextlib import nullcontext
 from typing import Any
 
-from npuc.codegen.epilogue import dma_nd, vector_nd
+from npuc.codegen.epilogue import dma_nd
 from npuc.codegen.kernel import get_kernel, register_kernel
+from npuc.codegen.kernels.chain_copies import elide_copies
+from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
 from npuc.codegen.memory_plan import relocate_kernel
+from npuc.codegen.tile_builder import TileBuilder, emit_program
 from npuc.errors import CompileError
-from npuc.isa.enums import DType, Space
-from npuc.isa.instr import build_args, get_def
 from npuc.isa.widths import DRAM_ADDR_BITS
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.plan import Plan
+from npuc.kir.tile_program import Buffer, TileProgram
 from npuc.schedule.cascade_cost import (
+    SECOND,
     ChainLayout,
     Stripe,
     band_kernel,
     chain_layout,
     chain_stripes,
     constant_inputs,
-    estimate,
     externals,
     row_bytes,
     staged_inputs,
 )
-
-_COPY_DTYPE = {1: DType.int8, 2: DType.fp16, 4: DType.int32}
-
+from npuc.schedule.vector_cost import program_cycles
 
 def with_scratchpad(target: Any, nbytes: int) -> Any:
     """``target`` with a scratchpad of ``nbytes`` (the part of it the members plan in)."""
@@ -83,13 +84,19 @@ def placed_members(k: Kernel, target: Any) -> tuple[Kernel, ...]:
 
 @dataclass(frozen=True)
 class ChainPlan:
-    """The stripes, the chain's scratchpad layout, the target the members plan on, and each
-    stripe's band plans (None where a member computes no rows in that stripe)."""
+    """The stripes, the chain's scratchpad layout, the target the members plan on, each stripe's
+    band plans (None where a member computes no rows in that stripe), and the tile program every
+    step of the chain is recorded in (what is emitted and what the estimate walks)."""
 
     stripes: tuple[Stripe, ...]
     layout: ChainLayout
     member_target: Any
     bands: tuple[tuple[Plan | None, ...], ...]
+    program: TileProgram
+
+    def text(self, indent: str = "") -> str:
+        """The chain's loop nest, as ``--print-after codegen`` prints every tile program."""
+        return self.program.text(indent)
 
 
 def plan_chain(k: Kernel, target: Any) -> Plan:
@@ -101,65 +108,107 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                            f"the members less than a quarter of the {target.scratchpad.size_bytes}-byte scratchpad")
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
-    cache: dict[tuple, Plan] = {}
     bands = []
     acc = 0
     for s in stripes:
         row = []
-        for i, (m, (o0, o1)) in enumerate(zip(members, s.out_rows)):
+        for m, (o0, o1) in zip(members, s.out_rows):
             if o1 <= o0:
                 row.append(None)
                 continue
-            band = band_kernel(m, o0, o1)
-            key = (i, band.inputs[0].shape, band.output.shape, band.attrs)
-            if key not in cache:
-                cache[key] = get_kernel(m.kind).plan(band, sub)
-            row.append(cache[key])
-            acc = max(acc, cache[key].acc_bytes)
+            plan = band_plan(band_kernel(m, o0, o1), sub)
+            row.append(plan)
+            acc = max(acc, plan.acc_bytes)
         bands.append(tuple(row))
-    est = estimate(target, a, stripes)
+    program = chain_program(k, target, stripes, layout, sub, tuple(bands))
+    double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{len(a.intermediates)} intermediates in scratchpad ({sum(n for _, _, n in layout.buffers):,} B), "
+               f"staged inputs {'double' if double else 'single'}-buffered, "
                f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
-    return Plan(summary, target.scratchpad.size_bytes, acc, est.cycles, ChainPlan(stripes, layout, sub, tuple(bands)))
+    return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
+                ChainPlan(stripes, layout, sub, tuple(bands), program))
 
 
-class _LocalEmitter:
-    """The emitter the members see: their scratchpad is the lower part; DMAs over an
-    intermediate's rows or a resident constant become scratchpad copies (module docstring)."""
+_BAND_PLANS: dict[tuple, Plan] = {}
+_BAND_PLANS_KEPT = 4096
 
-    def __init__(self, em: Any, target: Any, virtual: int) -> None:
-        self.em, self.target, self.virtual = em, target, virtual
-        self.windows: list[tuple[int, int, int, str]] = []  # DRAM [lo, hi) -> spad address - lo, what
+
+def _band_key(band: Kernel, target: Any) -> tuple:
+    """What a band's plan depends on: everything of the band but its tensors' addresses (a plan
+    is emitted at other addresses as it is for the other stripes of a chain), and the target."""
+    tensors = tuple((t.name, t.shape, t.strides, t.dtype) for t in band.tensors())
+    epilogue = tuple((e.op, e.scalar, e.operand_first, e.params) for e in band.epilogue)
+    return band.kind, band.dtype, band.attrs, band.quant, tensors, epilogue, target
+
+
+def band_plan(band: Kernel, target: Any) -> Plan:
+    """The member implementation's plan of a band on the members' part of the scratchpad,
+    planned once for every band of that shape (the cascade stage prices several chains that
+    share bands, and code generation plans the chosen one again)."""
+    key = _band_key(band, target)
+    plan = _BAND_PLANS.get(key)
+    if plan is None:
+        if len(_BAND_PLANS) >= _BAND_PLANS_KEPT:
+            _BAND_PLANS.clear()
+        plan = _BAND_PLANS[key] = get_kernel(band.kind).plan(band, target)
+    return plan
+
+
+class _Recorder(TileBuilder):
+    """A tile builder the members' implementations can emit into as into the emitter."""
 
     def source(self, label: str):
-        return self.em.source(label)
+        return nullcontext()
 
     def __len__(self) -> int:
-        return len(self.em)
+        return len(self._steps)
 
-    def emit(self, op: str, /, **fields: Any) -> int:
-        if op not in ("DMA_LOAD", "DMA_STORE"):
-            return self.em.emit(op, **fields)
-        addr = fields["dram_addr"]
-        if addr < self.virtual and not any(lo <= addr < hi for lo, hi, _, _ in self.windows):
-            return self.em.emit(op, **fields)
-        a = build_args(get_def(op), {**fields, "dram_addr": 0})
-        es = a.esize
-        shape = (a.n2, a.n1, a.n0)
-        dram_st = (a.dram_s2, a.dram_s1, a.dram_s0)
-        end = addr + sum((n - 1) * s for n, s in zip(shape, dram_st)) + es
-        spad = next((addr + d for lo, hi, d, _ in self.windows if lo <= addr and end <= hi), None)
-        if spad is None:
-            raise CompileError(f"internal error: a fused chain member moves DRAM [0x{addr:x}, 0x{end:x}) outside "
-                               "the rows its chain holds")
-        if a.local is not Space.spad:
-            raise CompileError("internal error: a fused chain member moves an intermediate to the accumulator")
-        local = (a.local_addr, (a.local_s2, a.local_s1, es))
-        other = (spad, dram_st)
-        src, dst = (other, local) if op == "DMA_LOAD" else (local, other)
-        vector_nd(self.em, "VUN", shape, {"dst": dst, "src": src}, op="copy", dtype=_COPY_DTYPE[es].name)
-        return len(self.em) - 1
+
+def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
+                  bands: tuple[tuple[Plan | None, ...], ...]) -> TileProgram:
+    """Every step of the chain, in program order, one tile-loop iteration per stripe: the
+    resident constants loaded before the loop; per stripe, the staged inputs' rows (into the
+    stripe's half of their double buffer) and each member's band, emitted by the member's own
+    implementation through :class:`~npuc.codegen.local_memory.LocalEmitter`."""
+    a: ChainAttrs = k.attrs
+    rec = _Recorder(target, k)
+    for name, spad, nbytes in (("members", 0, layout.member_bytes),) + layout.buffers + layout.resident:
+        rec._buffers.append(Buffer(name, spad, nbytes))
+    members = placed_members(k, target)
+    virtual = virtual_bases(k, target)
+    local = LocalEmitter(rec, sub, strict=(min(virtual.values()), RESIDENT_BASE))
+    if a.resident_weights:
+        bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
+        for name, spad, nbytes in layout.resident:
+            dma_nd(rec, "DMA_LOAD", bases[name], (nbytes,), (1,), spad, (1,), 1)
+            local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
+    fixed = list(local.windows)
+    producers = {m.output.name: m for m in a.members}
+    staged = staged_inputs(members, a.intermediates)
+    buffers = {name: spad for name, spad, _ in layout.buffers}
+    for i, (s, plans) in enumerate(zip(stripes, bands)):
+        rec.at(i)
+        local.windows = list(fixed)
+        for name in a.intermediates:
+            lo, hi = s.rows_of(name)
+            rb = row_bytes(producers[name].output)
+            v = virtual[name]
+            local.windows.append((v + lo * rb, v + hi * rb, buffers[name] - (v + lo * rb), name))
+        for t in staged:  # this stripe's rows of each staged input: one load, read by copies
+            lo, hi = s.rows_of(t.name)
+            if hi <= lo:
+                continue
+            rb = row_bytes(t)
+            start = t.addr + lo * rb
+            buf = buffers.get(t.name + SECOND, buffers[t.name]) if i % 2 else buffers[t.name]
+            dma_nd(rec, "DMA_LOAD", start, ((hi - lo) * rb,), (1,), buf, (1,), 1)
+            local.windows.append((start, start + (hi - lo) * rb, buf - start, t.name))
+        for m, (o0, o1), bp in zip(members, s.out_rows, plans):
+            if bp is not None:
+                get_kernel(m.kind).emit(band_kernel(m, o0, o1), bp, local)
+    rec._steps = list(elide_copies(tuple(rec._steps), layout.member_bytes))
+    return rec.finish(f"stripes of {a.stripe_rows} rows of '{k.output.name}'", a)
 
 
 class FusedChain:
@@ -181,37 +230,19 @@ class FusedChain:
 
     def emit(self, k: Kernel, plan: Plan, em: Any) -> None:
         p: ChainPlan = plan.details
-        a: ChainAttrs = k.attrs
-        members = placed_members(k, em.target)
-        virtual = virtual_bases(k, em.target)
-        local = _LocalEmitter(em, p.member_target, min(virtual.values()))
-        if a.resident_weights:
-            bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
-            for name, spad, nbytes in p.layout.resident:
-                dma_nd(em, "DMA_LOAD", bases[name], (nbytes,), (1,), spad, (1,), 1)
-                local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
-        fixed = list(local.windows)
-        producers = {m.output.name: m for m in a.members}
-        staged = staged_inputs(members, a.intermediates)
-        buffers = {name: spad for name, spad, _ in p.layout.buffers}
-        for s, plans in zip(p.stripes, p.bands):
-            local.windows = list(fixed)
-            for name in a.intermediates:
-                lo, hi = s.rows_of(name)
-                rb = row_bytes(producers[name].output)
-                v = virtual[name]
-                local.windows.append((v + lo * rb, v + hi * rb, buffers[name] - (v + lo * rb), name))
-            for t in staged:  # this stripe's rows of each staged input: one load, read by copies
-                lo, hi = s.rows_of(t.name)
-                if hi <= lo:
-                    continue
-                rb = row_bytes(t)
-                start = t.addr + lo * rb
-                dma_nd(em, "DMA_LOAD", start, ((hi - lo) * rb,), (1,), buffers[t.name], (1,), 1)
-                local.windows.append((start, start + (hi - lo) * rb, buffers[t.name] - start, t.name))
-            for m, (o0, o1), bp in zip(members, s.out_rows, plans):
-                if bp is not None:
-                    get_kernel(m.kind).emit(band_kernel(m, o0, o1), bp, local)
+        prog = p.program
+        if not (prog.built_for is k or prog.built_for == k):
+            prog = chain_program(k, em.target, p.stripes, p.layout, p.member_target, p.bands)
+        emit_program(prog, em)
 
 
 register_kernel(FusedChain())
+
+
+def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None) -> tuple:
+    """The steps one kernel emits on its own (planned on ``target`` unless ``plan`` is given),
+    recorded rather than emitted: what the cascade stage prices a member run unfused by."""
+    impl = get_kernel(k.kind)
+    rec = _Recorder(target, k)
+    impl.emit(k, plan or impl.plan(k, target), rec)
+    return tuple(rec._steps)

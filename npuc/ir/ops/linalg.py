@@ -172,8 +172,8 @@ class ConvTranspose2dAttrs:
     groups: int = 1
 
 
-def _conv_t_verify(ins, a: ConvTranspose2dAttrs) -> None:
-    op = "conv_transpose2d"
+def verify_conv_transpose(ins, a: ConvTranspose2dAttrs, op: str = "conv_transpose2d") -> None:
+    """The window attributes of a transposed convolution (float or int8) are in their domains."""
     require_ints_at_least(op, "stride", a.stride, 1, count=2)
     require_ints_at_least(op, "padding", a.padding, 0, count=2)
     require_ints_at_least(op, "output_padding", a.output_padding, 0, count=2)
@@ -223,7 +223,7 @@ register(
         summary="2-D transposed convolution (the gradient of conv2d), weight [I, O/groups, kh, kw], optional bias",
         attrs=ConvTranspose2dAttrs,
         infer=_conv_t_infer,
-        verify=_conv_t_verify,
+        verify=verify_conv_transpose,
         reference=_conv_t_ref,
         min_inputs=2,
         max_inputs=3,

@@ -29,7 +29,12 @@ from npuc.ir.ops.common import (
     require_min_rank,
     require_rank,
 )
-from npuc.ir.ops.linalg import conv_output_size
+from npuc.ir.ops.linalg import (
+    ConvTranspose2dAttrs,
+    conv_output_size,
+    conv_transpose_output_size,
+    verify_conv_transpose,
+)
 from npuc.ir.ops.pooling import pool_output_size
 from npuc.ir.ops.reduction import reduced_shape
 from npuc.ir.types import DType, QuantParams, TensorType
@@ -281,6 +286,119 @@ register(
         verify=_qconv2d_verify,
         reference=needs_types("qconv2d"),
         typed_reference=_qconv2d_ref,
+        min_inputs=2,
+        max_inputs=3,
+        category="quantized",
+        operands=("x", "w", "[b]"),
+    )
+)
+
+# --------------------------------------------------------------------------- qconv_transpose2d
+
+
+@dataclass(frozen=True)
+class QConvTranspose2dAttrs:
+    """``qconv_transpose2d``: the conv_transpose2d attributes, the output parameters and the
+    clamp range."""
+
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    output_padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    out_scale: float = 1.0
+    out_zero_point: int = 0
+    qmin: int = arith.QMIN
+    qmax: int = arith.QMAX
+
+    def window(self) -> ConvTranspose2dAttrs:
+        return ConvTranspose2dAttrs(self.stride, self.padding, self.output_padding, self.dilation, self.groups)
+
+
+def transposed_weight_scales(w: TensorType, groups: int) -> tuple[float, ...]:
+    """One scale per output channel of a transposed convolution's weight ``[I, O/groups, kh,
+    kw]`` quantized per tensor or per channel along axis 1 (its output channels within a group:
+    output channel ``g * O/groups + j`` has scale ``j``)."""
+    per_group = w.shape[1]
+    s = w.quant.scale
+    return (s if len(s) == per_group else s * per_group) * groups
+
+
+def require_transposed_weight(op: str, w: TensorType) -> None:
+    """``w`` must be i8 with symmetric per-tensor or per-output-channel (axis 1) parameters."""
+    if w.dtype != DType.i8:
+        raise fail(op, f"weight must be an i8 tensor, got {w.dtype.value}")
+    q = w.quant
+    if q is None:
+        raise fail(op, f"weight {w} carries no quantization parameters")
+    per_channel = q.axis == 1 and len(q.scale) == w.shape[1]
+    per_tensor = q.axis is None and len(q.scale) == 1
+    if not (per_channel or per_tensor) or len(q.zero_point) != len(q.scale):
+        raise fail(op, f"weight {w} must be quantized per tensor or per output channel (axis 1, {w.shape[1]} scales)")
+    if any(z != 0 for z in q.zero_point):
+        raise fail(op, f"weight {w} must be quantized symmetrically (zero points 0)")
+    if any(not (math.isfinite(s) and s > 0) for s in q.scale):
+        raise fail(op, f"weight scales of {w} must be positive finite numbers")
+
+
+def _qconv_t_verify(ins, a: QConvTranspose2dAttrs) -> None:
+    verify_conv_transpose(ins, a.window(), "qconv_transpose2d")
+    verify_out("qconv_transpose2d", a, clamp=True)
+
+
+def _qconv_t_infer(ins, a: QConvTranspose2dAttrs):
+    op = "qconv_transpose2d"
+    x, w = ins[0], ins[1]
+    require_rank(op, x, 4, "input (NCHW)")
+    require_rank(op, w, 4, "weight [I, O/groups, kh, kw]")
+    require_activation(op, x)
+    require_transposed_weight(op, w)
+    n, c, h, wd = x.shape
+    i, og, kh, kw = w.shape
+    if i != c or c % a.groups:
+        raise fail(op, f"weight {w} with {a.groups} groups does not fit the input {x}")
+    o = og * a.groups
+    if len(ins) == 3:
+        b = ins[2]
+        if b.dtype != DType.i32 or b.shape != (o,):
+            raise fail(op, f"bias must be an i32 tensor of shape [{o}], got {b}")
+        want = [x.quant.scale[0] * s for s in transposed_weight_scales(w, a.groups)]
+        q = b.quant
+        if q is not None:
+            got = q.scale if len(q.scale) == o else q.scale * o
+            if any(z != 0 for z in q.zero_point) or any(not math.isclose(g, e, rel_tol=1e-5) for g, e in zip(got, want)):
+                raise fail(op, f"bias {b} must have zero points 0 and scales input scale x weight scale per channel")
+    oh = conv_transpose_output_size(h, kh, a.stride[0], a.padding[0], a.output_padding[0], a.dilation[0])
+    ow = conv_transpose_output_size(wd, kw, a.stride[1], a.padding[1], a.output_padding[1], a.dilation[1])
+    if oh < 1 or ow < 1:
+        raise fail(op, f"output would be {oh}x{ow}: the padding removes every output pixel")
+    return (quant_type((n, o, oh, ow), a.out_scale, a.out_zero_point),)
+
+
+def _qconv_t_ref(ins, types, a: QConvTranspose2dAttrs):
+    _, zx = act_params(types[0])
+    bias = ins[2].to(torch.float64) if len(ins) == 3 else None
+    acc = F.conv_transpose2d(_centered(ins[0], zx), ins[1].to(torch.float64), bias, a.stride, a.padding,
+                             a.output_padding, a.groups, a.dilation).round().numpy().astype(np.int64)
+    mults, shifts = arith.channel_multipliers(act_params(types[0])[0], transposed_weight_scales(types[1], a.groups),
+                                              a.out_scale)
+    shape = (1, acc.shape[1], 1, 1)
+    out = arith.requantize(arith.wrap32(acc), mults.reshape(shape), shifts.reshape(shape), a.out_zero_point,
+                           a.qmin, a.qmax)
+    return (_i8(out),)
+
+
+register(
+    OpDef(
+        name="qconv_transpose2d",
+        traits=frozenset({Trait.IMAGE_CONSUMER, Trait.IMAGE_PRODUCER}),
+        summary="int8 conv_transpose2d: int32 sum of (x - zx) * w + b over the transposed windows, weight "
+                "[I, O/groups, kh, kw] scaled per output channel (axis 1), requantized per output channel",
+        attrs=QConvTranspose2dAttrs,
+        infer=_qconv_t_infer,
+        verify=_qconv_t_verify,
+        reference=needs_types("qconv_transpose2d"),
+        typed_reference=_qconv_t_ref,
         min_inputs=2,
         max_inputs=3,
         category="quantized",

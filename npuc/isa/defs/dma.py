@@ -7,8 +7,11 @@ or writes a read-only flash is refused before the program runs (``transfer_probl
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from npuc.errors import SimulationError
 from npuc.isa.actions import memory_actions
 from npuc.isa.defs.common import mem_of
 from npuc.isa.enums import Mem, Queue, Space, Unit
@@ -151,5 +154,161 @@ register(
         "address twice.",
         timing_doc=_TIMING_DOC,
         energy_doc=_ENERGY_DOC,
+    )
+)
+
+
+# ------------------------------------------------------------------------------------ DMA_GATHER
+def _gather_regions(a):
+    return (
+        Region(Mem.spad, a.idx, (a.n1,), (a.idx_s,), np.dtype("<i4"), "r", "idx"),
+        Region(Mem.dram, a.dram_addr, (a.table_rows, a.n0), (a.dram_s1, a.dram_s0), _RAW[a.esize], "r", "table"),
+        Region(Mem.spad, a.local_addr, (a.n1, a.n0), (a.local_s1, a.esize), _RAW[a.esize], "w", "local"),
+    )
+
+
+def _gathered(a) -> Region:
+    """What the transfer moves: n1 rows of n0 elements, each row its own run (its address is
+    computed), counted as if at row 0 (a row's bursts do not depend on which row it is)."""
+    return Region(Mem.dram, a.dram_addr, (a.n1, a.n0), (0, a.dram_s0), _RAW[a.esize], "r", "rows")
+
+
+def _gather_exec(st, a, regions) -> None:
+    idx_r, table_r, dst = regions
+    idx = st.read(idx_r).astype(np.int64)
+    bad = np.flatnonzero((idx < 0) | (idx >= a.table_rows))
+    if bad.size:
+        i = int(bad[0])
+        raise SimulationError(f"DMA_GATHER row index {int(idx[i])} (index {i}) is outside the table's "
+                              f"{a.table_rows} rows (a gather index out of range)")
+    st.write(dst, st.read(table_r)[idx])
+
+
+# ----------------------------------------------------------------------------- decoded loads
+
+
+def _stream_region(a) -> Region:
+    return Region(Mem.dram, a.dram_addr, (1, 1, a.stream_bytes), (a.stream_bytes, a.stream_bytes, 1), _RAW[1], "r", "dram")
+
+
+def _decoded_region(a) -> Region:
+    return Region(Mem.spad, a.local_addr, (a.n2, a.n1, a.n0), (a.local_s2, a.local_s1, 1), _RAW[1], "w", "local")
+
+
+def _decode_fields():
+    return (
+        addr("dram_addr", DRAM_ADDR_BITS, "byte address of the compressed stream (system address map)"),
+        uint("stream_bytes", 24, "bytes of the compressed stream"),
+        addr("local_addr", LOCAL_ADDR_BITS, "scratchpad byte address of decoded byte (0, 0, 0)"),
+        count("n0", "decoded bytes per row (innermost dimension)"),
+        count("n1", "rows per plane", default=1),
+        count("n2", "planes (outermost dimension)", default=1),
+        uint("local_s1", 24, "scratchpad byte stride between rows", default=Derived("n0")),
+        uint("local_s2", 24, "scratchpad byte stride between planes", default=Derived("n1 * local_s1")),
+    )
+
+
+def _decode_check(a, target) -> str | None:
+    if target.weight_decoder is None:
+        return (f"target '{target.name}' has no weight decoder ([weight_decoder] in its target file), "
+                "so it cannot run DMA_LOAD_DECODE")
+    return None
+
+
+def decode_cycles(stream: Region, decoded_bytes: int, target) -> tuple[int, int]:
+    """(busy, latency) of a decoded load: the stream's bursts on its memory's port or the
+    decoder's output rate, whichever is slower; the memory's latency plus the decoder's."""
+    busy, latency = transfer_cycles(stream, target)
+    dec = target.weight_decoder
+    if dec is None:  # the simulator refuses the instruction first (_decode_check); estimates count it raw
+        return busy, latency
+    return max(busy, -int(-decoded_bytes // dec.bytes_per_cycle)), latency + dec.latency_cycles
+
+
+def _decode_timing(a, target, regions) -> tuple[int, int]:
+    return decode_cycles(regions[0], a.n0 * a.n1 * a.n2, target)
+
+
+def _decode_actions(a, target, regions):
+    base = memory_actions(regions, target)
+    return base if target.weight_decoder is None else dataclasses.replace(
+        base, decoded_bytes=a.n0 * a.n1 * a.n2)
+
+
+def _decode(st, a, regions) -> None:
+    from npuc.errors import SimulationError
+    from npuc.isa.weight_codec import WeightStreamError, decode
+
+    stream, out = regions
+    try:
+        data = decode(st.read(stream).tobytes(), out.count)
+    except WeightStreamError as e:
+        raise SimulationError(f"the weight stream at 0x{stream.addr:x} ({stream.count} bytes) does not decode: {e}") from None
+    st.write(out, np.frombuffer(data, np.uint8).reshape(out.shape))
+
+
+register(
+    InstrDef(
+        name="DMA_GATHER",
+        opcode=0x12,
+        queue=Queue.load,
+        unit=Unit.dma,
+        summary="Copy rows of a table in DRAM, picked by int32 row indices in the scratchpad, into the scratchpad.",
+        fields=(
+            esize("esize", "element size in bytes (1, 2 or 4)"),
+            addr("dram_addr", DRAM_ADDR_BITS, "DRAM byte address of element 0 of table row 0"),
+            addr("local_addr", LOCAL_ADDR_BITS, "scratchpad byte address of the first gathered row"),
+            count("n0", "elements per row"),
+            count("n1", "rows gathered (one per index)"),
+            addr("idx", LOCAL_ADDR_BITS, "scratchpad byte address of the n1 int32 row indices"),
+            uint("idx_s", 16, "byte stride between row indices", default=Derived("4")),
+            uint("table_rows", 24, "rows of the table (an index must be below it)"),
+            uint("dram_s0", 20, "DRAM byte stride between elements of a row", default=Derived("esize")),
+            uint("dram_s1", 32, "DRAM byte stride between table rows", default=Derived("n0 * dram_s0")),
+            uint("local_s1", 24, "scratchpad byte stride between gathered rows", default=Derived("n0 * esize")),
+        ),
+        regions=_gather_regions,
+        execute=_gather_exec,
+        timing=lambda a, target, regions: transfer_cycles(_gathered(a), target),
+        actions=lambda a, target, regions: memory_actions((regions[0], _gathered(a), regions[2]), target),
+        semantics_doc="For i1 < n1, i0 < n0: the `esize` bytes at DRAM `dram_addr + idx[i1]*dram_s1 + "
+        "i0*dram_s0` are copied to the scratchpad at `local_addr + i1*local_s1 + i0*esize`, where "
+        "idx[i1] is the int32 at scratchpad `idx + i1*idx_s` (an embedding lookup, a gather of rows "
+        "too large for the scratchpad). An index outside [0, table_rows) stops the simulator with an "
+        "error (a gather sends an index out of its dim's range to row table_rows). For ordering, the "
+        "whole table counts as read.",
+        timing_doc="As DMA_LOAD, for n1 runs of one row each (n0 elements at `dram_s0`): every row is "
+        "rounded up to whole bursts of the memory the table is in, whichever row it is. " + _TIMING_DOC,
+        energy_doc="DRAM-side bytes: the burst-rounded bytes of the n1 rows (not the whole table); "
+        "scratchpad bytes: the indices read (4 x n1) and n0 x n1 x esize written.",
+    )
+)
+
+
+register(
+    InstrDef(
+        name="DMA_LOAD_DECODE",
+        opcode=0x13,
+        queue=Queue.load,
+        unit=Unit.dma,
+        summary="Read a compressed weight stream through the weight decoder into a 3-D block of the scratchpad.",
+        fields=_decode_fields(),
+        regions=lambda a: (_stream_region(a), _decoded_region(a)),
+        execute=_decode,
+        timing=_decode_timing,
+        actions=_decode_actions,
+        check=_decode_check,
+        semantics_doc="The `stream_bytes` bytes at `dram_addr` are a weight stream (npuc.isa.weight_codec: "
+        "blocks of 128 decoded bytes, each Rice-coded around a centre, constant or raw); they decode to "
+        "exactly n0 x n1 x n2 bytes, which are written in row-major order to the scratchpad at "
+        "`local_addr + i2*local_s2 + i1*local_s1 + i0`. A stream that does not decode to exactly that many "
+        "bytes stops the simulation with the reason.",
+        timing_doc="The stream is read as one contiguous run of whole `memory.NAME.burst_bytes` bursts of the "
+        "memory it falls in (as DMA_LOAD). busy = max(ceil(burst bytes / memory.NAME.bytes_per_cycle), "
+        "ceil(n0 x n1 x n2 / weight_decoder.bytes_per_cycle)) cycles on the memory's port; the data is "
+        "complete `memory.NAME.latency_cycles + weight_decoder.latency_cycles` after that. Refused on a "
+        "target without `[weight_decoder]`.",
+        energy_doc="The stream's burst bytes at `memory.NAME.read_pj_per_byte`, n0 x n1 x n2 decoded bytes at "
+        "`weight_decoder.pj_per_byte`, and the same bytes written to the scratchpad.",
     )
 )

@@ -528,7 +528,8 @@ def _vgather_exec(st, a, regions) -> None:
     bad = np.flatnonzero((idx < 0) | (idx >= a.table_rows))
     if bad.size:
         i = int(bad[0])
-        raise SimulationError(f"VGATHER row index {int(idx[i])} (index {i}) is outside the table's {a.table_rows} rows")
+        raise SimulationError(f"VGATHER row index {int(idx[i])} (index {i}) is outside the table's {a.table_rows} rows "
+                              "(a gather index out of range)")
     st.write(dst, st.read(table_r)[idx])
 
 
@@ -551,8 +552,9 @@ _vector(
     lambda a: a.n0 * a.n1 + a.n1,
     "dst[i1][i0] = table[idx[i1]][i0] for i1 < n1, i0 < n0: row idx[i1] (int32 at idx + i1*idx_s) of "
     "the table, element i0 at table + idx[i1]*table_s1 + i0*esize. An index outside [0, table_rows) "
-    "stops the simulator with an error (the compiler clamps indices and zeroes the weights of "
-    "samples outside the input). The whole table counts as read.",
+    "stops the simulator with an error (grid sampling clamps its indices and zeroes the weights of "
+    "samples outside the input; a gather sends an index out of its dim's range to row table_rows, "
+    "so the run stops instead of reading another row). The whole table counts as read.",
     f"Lane-ops: n0 x n1 + n1 (one address computation per row). {_RW_DOC} (the whole table counts as read).",
     check=lambda a, t: float_problem(t, a.dtype),
     validate=lambda a: acc_operand_problem(a, {"dst": a.dtype}),

@@ -1,0 +1,194 @@
+"""Weight compression: weight loads become DMA_LOAD_DECODE of streams stored in place of the raw weights.
+
+On a target with a weight decoder (``[weight_decoder]``), after every NPU segment is emitted (before
+rerolling), each constant of the blob is considered in turn.  A constant qualifies when every
+instruction that touches it is a byte-wise ``DMA_LOAD`` into the scratchpad that reads inside it,
+and no CPU segment binds it.  Each distinct block such a load reads (its DRAM region: address,
+shape, strides) becomes one stream (npuc.isa.weight_codec) of the bytes in the order the load
+writes them; the streams are packed, in order of first use, into the constant's own bytes of the
+blob, which they replace (the rest of its bytes become zero), so the memory plan does not move.
+Blocks are taken largest first; each becomes a run of the constant's new contents, in the order
+its load writes the bytes: a stream of the codec when that saves at least one burst, else the raw
+bytes, contiguous, which a plain DMA_LOAD then reads (so incompressible weights still stop paying
+a burst for every short strided run).  A load whose bytes are a block-aligned part of a run
+already made (a plane of a tile that is also loaded plane by plane) reads that part of it (every
+block of a stream decodes on its own).  The constant is rewritten only when its runs fit in its
+bytes and its loads then move fewer bytes, in whole bursts of the memory it lives in, than they
+did raw; otherwise it stays as it was.  (A constant rewritten with raw runs only is reordered,
+not compressed: the record leaves it out.)
+
+The record of what was compressed (:class:`~npuc.runtime.npub_model.WeightStreams`) goes into the binary's
+WEIGHT_STREAMS section (docs/binary-format.md): the profile's compulsory weight bytes and the
+per-layer lower bounds read the stored sizes from it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from npuc.isa.enums import Mem, Space
+from npuc.isa.instr import Instr
+from npuc.isa.weight_codec import BLOCK, encode_blocks, worth_compressing
+from npuc.kir.program import CONSTANT, CpuSegment
+from npuc.runtime.npub_model import CompressedConstant, WeightStream, WeightStreams
+
+
+def _dram_region(ins: Instr):
+    for r in ins.defn.regions(ins.args):
+        if r.mem is Mem.dram:
+            return r
+    return None
+
+
+def _block_key(ins: Instr) -> tuple:
+    a = ins.args
+    return (a.dram_addr, a.n2, a.n1, a.n0, a.dram_s2, a.dram_s1, a.dram_s0)
+
+
+def _loadable(ins: Instr) -> bool:
+    a = ins.args
+    return ins.op == "DMA_LOAD" and a.esize == 1 and a.local is Space.spad
+
+
+def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[list[list[Instr]], bytes, WeightStreams]:
+    """The programs with qualifying weight loads decoded, the new constants blob, the record."""
+    if target.weight_decoder is None or not plan.constants:
+        return programs, plan.constants, WeightStreams()
+    base = next(off for _, kind, off, _ in plan.regions if kind == "CONSTANTS")
+    cpu_bound = {f"#{c}" for s in plan.model.segments if isinstance(s, CpuSegment) for c in s.graph.constants}
+    entries = sorted((p.offset, p.buffer.nbytes) for p in plan.placed
+                     if p.buffer.kind == CONSTANT and p.buffer.name not in cpu_bound and p.buffer.nbytes)
+    starts = [e[0] for e in entries]
+    blob_end = base + len(plan.constants)
+    users: dict[int, list[tuple[int, int]]] = {}   # entry index -> [(program, instruction)]
+    refused: set[int] = set()
+    for pi, prog in enumerate(programs):
+        for ii, ins in enumerate(prog):
+            r = _dram_region(ins)
+            if r is None or r.end <= base or r.addr >= blob_end:
+                continue
+            e = int(np.searchsorted(starts, r.addr, side="right")) - 1
+            inside = e >= 0 and r.end <= entries[e][0] + entries[e][1]
+            if not inside or not _loadable(ins):
+                for j, (off, n) in enumerate(entries):  # every constant this instruction touches stays raw
+                    if off < r.end and r.addr < off + n:
+                        refused.add(j)
+                continue
+            users.setdefault(e, []).append((pi, ii))
+    blob = bytearray(plan.constants)
+    view = np.frombuffer(bytes(plan.constants), np.uint8)
+    out = [list(p) for p in programs]
+    streams: list[WeightStream] = []
+    done: list[CompressedConstant] = []
+    for e in sorted(users):
+        if e in refused:
+            continue
+        placed = _compress_constant(programs, users[e], entries[e], view, base, target)
+        if placed is None:
+            continue
+        off, size = entries[e]
+        blob[off - base:off - base + size] = bytes(size)
+        for at, parts, decoded in placed.streams:
+            data = decoded if parts is None else b"".join(parts)
+            blob[at - base:at - base + len(data)] = data
+            if parts is not None:
+                streams.append(WeightStream(at, len(data), len(decoded), zlib.crc32(decoded)))
+        for (pi, ii), (at, nbytes, coded) in placed.loads.items():
+            ins = programs[pi][ii]
+            out[pi][ii] = _decode_load(ins, at, nbytes) if coded else _contiguous_load(ins, at)
+        if any(parts is not None for _, parts, _ in placed.streams):  # else only reordered: stored raw
+            done.append(CompressedConstant(off, size, placed.stored))
+    return out, bytes(blob), WeightStreams(tuple(streams), tuple(done))
+
+
+class _Placed:
+    """A constant's new contents: its streams (address, coded blocks or None for a raw run,
+    decoded bytes) and each load's (address, bytes, coded) of the run, or of the block-aligned
+    part of one, that it reads."""
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[int, list[bytes] | None, bytes]] = []
+        self.loads: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        self.stored = 0
+
+
+def _addresses(r) -> np.ndarray:
+    """The DRAM address of each element of region ``r``, in the order a load writes them."""
+    idx = [np.arange(n, dtype=np.int64) * s for n, s in zip(r.shape, r.strides)]
+    return (r.addr + idx[0][:, None, None] + idx[1][None, :, None] + idx[2][None, None, :]).ravel()
+
+
+def _compress_constant(programs, users, entry, view, base, target) -> _Placed | None:
+    """The new contents of one constant and where each of its loads reads, or None when they do
+    not fit in its bytes or move no fewer whole bursts than the raw loads.
+
+    Each distinct block its loads read, largest first, becomes a run in load order: a stream of
+    the codec when that saves at least a burst, else the raw bytes (contiguous, so a plain
+    DMA_LOAD reads it in whole bursts).  A load whose bytes are a block-aligned part of a run
+    already made (a plane of a tile loaded plane by plane) reads that part of it."""
+    off, size = entry
+    burst = target.window_at(off).memory.burst_bytes
+    regions = {ref: _dram_region(programs[ref[0]][ref[1]]) for ref in users}
+    keys: dict[tuple, object] = {}
+    for ref in users:
+        keys.setdefault(_block_key(programs[ref[0]][ref[1]]), regions[ref])
+    order = sorted(keys, key=lambda k: -keys[k].count)
+    runs: list[tuple[np.ndarray, list[bytes] | None, list[int]]] = []  # addresses, coded blocks, block offsets
+    starts: dict[int, tuple[int, int]] = {}  # address of a block's first byte -> (run, block)
+    where: dict[tuple, tuple[int, int, int]] = {}  # block key -> (run, first block, blocks)
+    for k in order:
+        a = _addresses(keys[k])
+        hit = starts.get(int(a[0]))
+        if hit is not None:
+            ri, b = hit
+            full = runs[ri][0]
+            pos = b * BLOCK
+            if (pos + a.size <= full.size and (a.size % BLOCK == 0 or pos + a.size == full.size)
+                    and np.array_equal(full[pos:pos + a.size], a)):
+                where[k] = (ri, b, -(-a.size // BLOCK))
+                continue
+        parts = encode_blocks(view[a - base])
+        if worth_compressing(a.size, sum(len(x) for x in parts), burst):
+            offsets = np.concatenate([[0], np.cumsum([len(x) for x in parts])]).tolist()
+        else:
+            parts, offsets = None, [min(j * BLOCK, a.size) for j in range(-(-a.size // BLOCK) + 1)]
+        for j in range(-(-a.size // BLOCK)):
+            starts.setdefault(int(a[j * BLOCK]), (len(runs), j))
+        where[k] = (len(runs), 0, len(offsets) - 1)
+        runs.append((a, parts, offsets))
+    stored = sum(r[2][-1] for r in runs)
+    if stored > size:
+        return None
+    placed = _Placed()
+    at = off
+    run_at = []
+    for a, parts, offsets in runs:
+        run_at.append(at)
+        placed.streams.append((at, parts, view[a - base].tobytes()))
+        at += offsets[-1]
+    placed.stored = stored
+    raw_moved = new_moved = 0
+    for ref in users:
+        ri, b, nb = where[_block_key(programs[ref[0]][ref[1]])]
+        offsets = runs[ri][2]
+        start, nbytes = run_at[ri] + offsets[b], offsets[b + nb] - offsets[b]
+        placed.loads[ref] = (start, nbytes, runs[ri][1] is not None)
+        raw_moved += regions[ref].burst_bytes(burst)
+        new_moved += -(-nbytes // burst) * burst
+    return placed if new_moved < raw_moved else None
+
+
+def _contiguous_load(ins: Instr, addr: int) -> Instr:
+    """The load reading its bytes, in its order, from one contiguous run at ``addr``."""
+    a = ins.args
+    return Instr.make("DMA_LOAD", deps=ins.deps, local=a.local, esize=1, dram_addr=addr, local_addr=a.local_addr,
+                      n0=a.n0, n1=a.n1, n2=a.n2, dram_s0=1, dram_s1=a.n0, dram_s2=a.n0 * a.n1,
+                      local_s1=a.local_s1, local_s2=a.local_s2)
+
+
+def _decode_load(ins: Instr, stream_addr: int, stream_bytes: int) -> Instr:
+    a = ins.args
+    return Instr.make("DMA_LOAD_DECODE", deps=ins.deps, dram_addr=stream_addr, stream_bytes=stream_bytes,
+                      local_addr=a.local_addr, n0=a.n0, n1=a.n1, n2=a.n2, local_s1=a.local_s1, local_s2=a.local_s2)

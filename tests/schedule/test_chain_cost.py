@@ -1,0 +1,125 @@
+"""The fused chain's cost estimate against the simulator's timing tier.
+
+A ``fused_chain`` plan carries its tile program (every step of every stripe, the members' bands
+as their own implementations emit them, intermediates and staged rows as scratchpad copies) and
+its estimate is that program's timeline walk (``npuc.schedule.vector_cost``); the cascade stage
+prices energy off the same steps (``program_estimate``).  Chains of several shapes (an inverted
+residual block with its residual add, a stride-2 block, a ResNet basic block, a conv -> max pool
+-> conv stem) are compiled for every preset (int8 on all, fp16 where the preset has it; the
+scratchpad as the preset has it, and on npu-mid also cut to 48 KiB so that the chains need
+several stripes), and each chain kernel is simulated on its own at the memory plan's addresses.  Each must be within 10% of the simulated cycles and
+the median within 3% (``-s`` prints the table); the energy estimate within 1%.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import npuc
+from npuc.artifact import compile_graph
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.kernel import get_kernel
+from npuc.frontend.quantized import import_quantized
+from npuc.pipeline import run_graph_passes
+from npuc.runtime.sim import simulate
+from npuc.schedule.cascade_cost import program_estimate
+from npuc.targets import load_target
+from tests.codegen.test_fused_chain import BasicBlock, InvertedResidual, Stem, TwoBlocks
+
+PRESETS = ("npu-small", "npu-mid", "npu-large", "u55-like-256", "u65-like-256")
+MODELS = {
+    "inverted-residual": (lambda: InvertedResidual(16, 64, 16, 1), (1, 16, 29, 21)),
+    "two-blocks-stride2": (TwoBlocks, (1, 8, 37, 23)),
+    "basic-block": (lambda: BasicBlock(16), (1, 16, 27, 19)),
+    "stem": (Stem, (1, 3, 61, 45)),
+}
+# every shape on npu-mid, with its scratchpad and cut to 48 KiB; two shapes on the other presets
+CASES = [(p, m, dt, kib) for p in PRESETS for m in MODELS for dt in ("fp16", "int8")
+         for kib in ((None, 48) if p == "npu-mid" else (None,))
+         if (dt == "int8" or load_target(p).has_fp16) and (p == "npu-mid" or m in ("inverted-residual", "basic-block"))]
+IDS = [f"{p}-{m}-{dt}-{'preset' if kib is None else f'{kib}KiB'}" for p, m, dt, kib in CASES]
+
+
+@functools.lru_cache(maxsize=None)
+def _graph(model: str):
+    torch.manual_seed(0)
+    make, shape = MODELS[model]
+    m = make().eval()
+    x = torch.randn(shape)
+    return m, x, run_graph_passes(import_quantized(m, (x,), [(torch.randn(shape),)], name=model))
+
+
+def _target(preset: str, kib: int | None):
+    t = load_target(preset)
+    return t if kib is None else replace(t, scratchpad=replace(t.scratchpad, size_bytes=kib * 1024))
+
+
+def _placed(k, target):
+    """The chain at the memory plan's addresses (each tensor in the memory the plan chose), and
+    the extent of the system address map they reach."""
+    return k, -(-max(t.addr + t.span for t in k.tensors()) // 64) * 64
+
+
+@functools.lru_cache(maxsize=None)
+def measured(i: int) -> list[tuple[str, int, int, float, float]]:
+    """Per chain of case i: (name, simulated cycles, estimated, simulated energy, estimated)."""
+    preset, model, dtype, kib = CASES[i]
+    target = _target(preset, kib)
+    m, x, g = _graph(model)
+    art = (npuc.compile(m, (x,), target=target, fuse_layers=True) if dtype == "fp16"
+           else compile_graph(g, target, quantize="int8", fuse_layers=True))
+    out = []
+    for c in art.compiled.codes:
+        for lk in c.segment.kernels:
+            if lk.kernel.kind != "fused_chain":
+                continue
+            placed, size = _placed(lk.kernel, target)
+            impl = get_kernel("fused_chain")
+            plan = impl.plan(placed, target)
+            em = Emitter(target)
+            impl.emit(placed, plan, em)
+            prog, _ = em.finish()
+            r = simulate(prog, target, np.zeros(size, np.uint8), functional=False)
+            est = program_estimate(plan.details.program.steps, target)
+            assert est.cycles == plan.est_cycles
+            out.append((lk.name, r.total_cycles, plan.est_cycles, r.energy_pj, est.energy_pj))
+    return out
+
+
+def _errors(i: int) -> list[float]:
+    return [(est - sim) / sim for _, sim, est, _, _ in measured(i)]
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=IDS)
+def test_chain_estimate_within_ten_percent(i):
+    rows = measured(i)
+    for (name, sim, est, esim, eest), err in zip(rows, _errors(i)):
+        print(f"{IDS[i]:44s} {name[:34]:34s} simulated {sim:9d} model {est:9d} error {err:+.1%} "
+              f"energy {(eest - esim) / esim:+.2%}")
+        assert abs(err) <= 0.10
+        assert abs(eest - esim) <= 0.01 * esim
+
+
+def test_chains_are_chosen_and_median_error_within_three_percent():
+    errors = [abs(e) for i in range(len(CASES)) for e in _errors(i)]
+    assert len(errors) >= len(CASES)  # every case fused at least one chain
+    assert statistics.median(errors) <= 0.03, f"median error {statistics.median(errors):.1%}"
+
+
+def test_plan_and_emission_read_one_tile_program():
+    preset, model, dtype, kib = CASES[0]
+    m, x, _ = _graph(model)
+    target = _target("npu-mid", 48)
+    art = npuc.compile(m, (x,), target=target, fuse_layers=True)
+    (code,) = art.compiled.codes
+    chain = next(p for p in code.plans if hasattr(p.details, "program"))
+    steps = chain.details.program.steps
+    text = chain.details.text()
+    assert "(fused_chain)" in text and "buffer 'members'" in text and "iteration" in text
+    assert len({s.tile for s in steps if s.tile >= 0}) == len(chain.details.stripes)
