@@ -89,11 +89,13 @@ def _widths(target: Target, p: ArrayProblem) -> list[int]:
     return out or [min(cols, p.n)]
 
 
-def _reduction_blocks(target: Target, p: ArrayProblem) -> list[int]:
+def _reduction_blocks(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> list[int]:
     """Input channels per reduction block: all of them, and up to four smaller blocks, multiples
-    of the array's rows and of a DRAM burst's elements (a pixel's channels of a block are one
-    run: shorter than a burst, the rest of the burst is moved for nothing)."""
-    unit = math.lcm(target.array.rows, max(1, target.dma.burst_bytes // p.es))
+    of the array's rows and (``whole_bursts``) of a DRAM burst's elements (a pixel's channels of
+    a block are one run: shorter than a burst, the rest of the burst is moved for nothing)."""
+    unit = target.array.rows
+    if whole_bursts:
+        unit = math.lcm(unit, max(1, target.dma.burst_bytes // p.es))
     return [p.c] + [c for c in reversed(_multiples(unit, p.c)) if c < p.c][:4]
 
 
@@ -114,14 +116,15 @@ def _bands(p: ArrayProblem, th: int, tc: int, unfold: bool) -> list[tuple[int, i
     return out
 
 
-def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
+def candidates(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> list[ArrayTiling]:
     """Candidate tilings, before the fit check (deterministic order).  Past ``MAX_CANDIDATES``
     the sweep is cut evenly across reduction blocks (their lists are interleaved), so that no
-    block size is dropped whole."""
+    block size is dropped whole.  ``whole_bursts``: reduction blocks of whole DRAM bursts only
+    (see ``_reduction_blocks``)."""
     unfolds = [False, True] if can_unfold(p) else [False]
     flows = [f for f in Dataflow if target.supports_dataflow(f) and (f is Dataflow.weight_stationary or can_os(p))]
     per_block: list[list[ArrayTiling]] = []
-    for tc in _reduction_blocks(target, p):
+    for tc in _reduction_blocks(target, p, whole_bursts):
         out: list[ArrayTiling] = []
         for tn in reversed(_widths(target, p)):
             for acc_slots in (2, 1):
@@ -138,6 +141,14 @@ def candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
         per_block.append(out)
     mixed = [t for group in itertools.zip_longest(*per_block) for t in group if t is not None]
     return mixed[:MAX_CANDIDATES]
+
+
+def part_burst_candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
+    """The main sweep with reduction blocks of any multiple of the array's rows, for layers
+    where no block of whole bursts fits: a block's runs then move part of each burst for
+    nothing (the cost model prices whole bursts), which still costs far less than the single
+    rows and narrow blocks of ``small_candidates``."""
+    return candidates(target, p, whole_bursts=False)
 
 
 def small_candidates(target: Target, p: ArrayProblem) -> list[ArrayTiling]:
@@ -250,7 +261,7 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     ranked: list[tuple] = []
     smallest: tuple[int, int] | None = None
-    for sweep in (candidates, small_candidates):
+    for sweep in (candidates, part_burst_candidates, small_candidates):
         for t in sweep(target, p):
             if not _expressible(t):
                 continue
