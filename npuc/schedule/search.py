@@ -66,12 +66,14 @@ def _halvings(total: int, limit: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
-def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1) -> list[tuple[int, int]]:
-    """(th, tw) output tiles of which ``acc_slots`` accumulator tiles fit for ``tn`` channels."""
+def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1, narrow: bool = False) -> list[tuple[int, int]]:
+    """(th, tw) output tiles of which ``acc_slots`` accumulator tiles fit for ``tn`` channels;
+    ``narrow``: also tiles narrower than the accumulator allows (their input takes less of the
+    scratchpad)."""
     m_cap = (target.accumulator.size_bytes - 64 * (acc_slots - 1)) // (acc_slots * tn * 4)  # slots 64-byte aligned
     if m_cap < 1:
         return []
-    tws = [p.x.out] if p.x.out <= m_cap else _halvings(p.x.out, m_cap)[:2]
+    tws = [p.x.out] if p.x.out <= m_cap and not narrow else _halvings(p.x.out, m_cap)[:2]
     out = []
     for tw in tws:
         for th in _halvings(p.y.out, m_cap // tw)[:3]:
@@ -128,7 +130,7 @@ def candidates(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> li
         out: list[ArrayTiling] = []
         for tn in reversed(_widths(target, p)):
             for acc_slots in (2, 1):
-                for th, tw in _shapes(target, p, tn, acc_slots):
+                for th, tw in _shapes(target, p, tn, acc_slots, narrow=not whole_bursts):
                     for unfold in unfolds:
                         # one channel block or one pixel tile: both orders are the same nest
                         single = th >= p.y.out and tw >= p.x.out
