@@ -24,7 +24,7 @@ from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
 from npuc.schedule.int8_epilogue import Block, qadd_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
-from npuc.schedule.transfers import BandState, Rows, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -253,7 +253,10 @@ class _Costs:
         hit = self.memo.get(key)
         if hit is None:
             loads = weight_loads(self.p, self.t, s)
-            hit = self.memo[key] = self.dmas(by_planes(loads) if planes else loads)
+            loads = by_planes(loads) if planes else loads
+            if self.target.weight_decoder is not None:
+                loads = as_streams(loads)
+            hit = self.memo[key] = self.dmas(loads)
         return hit
 
     def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:

@@ -211,6 +211,24 @@ def weight_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> list[Instr]:
     return out
 
 
+def as_streams(loads: list[Instr]) -> list[Instr]:
+    """The same weight loads as the program runs them on a target with a weight decoder: weight
+    compression (``npuc.codegen.weight_compression``) stores each byte-wise block's bytes as one
+    contiguous run in the order the load writes them (a codec stream, or the raw bytes when the
+    codec saves no burst), so a block moves its bytes in whole bursts, not a burst for every
+    short strided run.  The raw size is taken: a stream is never larger."""
+    out: list[Instr] = []
+    for op, f in loads:
+        if f["esize"] != 1:
+            out.append((op, f))
+            continue
+        n = f["n0"] * f.get("n1", 1) * f.get("n2", 1)
+        for i in range(0, n, _MAX_COUNT):
+            out.append((op, dict(esize=1, dram_addr=f["dram_addr"], local_addr=f["local_addr"] + i,
+                                 n0=min(_MAX_COUNT, n - i))))
+    return out
+
+
 def by_planes(loads: list[Instr]) -> list[Instr]:
     """The same transfers, one per plane: the kernel's first weight block is loaded so, so that
     the array starts on the first reduction chunk while the rest arrives behind it."""
