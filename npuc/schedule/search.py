@@ -3,7 +3,9 @@
 Candidates come from a heuristic seed (the largest output tile the accumulator holds, every
 reduction channel at once, every weight block resident when the scratchpad allows) widened by a
 sweep over output-channel widths, tile shapes, reduction blocks, the unfolded-row layout and the
-loop order, and input bands of several row tiles.  Of the candidates that fit the scratchpad and
+loop order, and input bands of several row tiles; when none of those fits, the same sweep with
+reduction blocks shorter than a burst and narrower tiles, and last single rows and narrow
+blocks.  Of the candidates that fit the scratchpad and
 the accumulator, the fastest by the walk-free estimate and the leanest in DRAM traffic among the
 nearly fastest are costed by the full model; among those within ``CYCLE_SLACK`` of the fastest,
 the fewest DRAM bytes win (when they save at least ``LEAN_GAIN`` of the fastest one's bytes,
