@@ -228,3 +228,18 @@ def int32_problem(node: Node, ranges: Mapping[Value, Interval]) -> str | None:
             return (f"{node.op}: its {v.type.dtype.value} {role} %{v.name} is not proven to fit int32 "
                     f"(range {shown})")
     return None
+
+
+def range_note(node: Node, ranges: Mapping[Value, Interval]) -> str | None:
+    """What the analysis proves about a CPU node's integer values, for its reason (None when it
+    has no integer values other than booleans): the int32 problem, or the ranges that fit."""
+    ints = [v for v in list(node.inputs) + list(node.outputs)
+            if dtype_range(v.type.dtype) is not None and v.type.dtype != DType.bool]
+    if not ints:
+        return None
+    why = int32_problem(node, ranges)
+    if why is not None:
+        return why.split(": ", 1)[1]
+    y = node.outputs[0]
+    shown = f"result {ranges[y]}" if y in ranges else "values"
+    return f"its integer values are proven to fit int32 ({shown})"
