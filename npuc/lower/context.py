@@ -43,6 +43,7 @@ class LowerContext:
         self.buffers: dict[str, Buffer] = {}
         self._temps = 0
         self._int_ranges = None
+        self.users = g.users()
 
     @property
     def int_ranges(self):

@@ -224,6 +224,8 @@ def int32_problem(node: Node, ranges: Mapping[Value, Interval]) -> str | None:
         got = ranges.get(v)
         if got is None or not got.within(INT32):
             shown = "unknown" if got is None else str(got)
+            if got == dtype_range(v.type.dtype):
+                shown = f"all of {v.type.dtype.value}"
             role = "input" if v in node.inputs else "result"
             return (f"{node.op}: its {v.type.dtype.value} {role} %{v.name} is not proven to fit int32 "
                     f"(range {shown})")

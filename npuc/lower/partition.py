@@ -130,6 +130,8 @@ class _Pass:
 
     def _with_range_note(self, node: Node, reason: str) -> str:
         """``reason`` and what the integer range analysis proves about the node's values."""
+        if is_integer_node(node):  # its reason came from the range analysis already
+            return reason
         note = range_note(node, self.ctx.int_ranges)
         return reason if note is None or note in reason else f"{reason}; {note}"
 

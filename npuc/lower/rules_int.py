@@ -66,6 +66,12 @@ def _output_problem(ctx: LowerContext, node: Node) -> str | None:
     if y in ctx.g.outputs and y.type.dtype != IRType.i32:
         return (f"{node.op}: a {y.type.dtype.value} model output is written by the CPU (the NPU stores "
                 f"integers and their masks as int32; the caller receives {y.type.dtype.value})")
+    if y.type.dtype == IRType.bool:
+        for u in ctx.users.get(y, ()):
+            if not is_integer_node(u):  # a float op wants a mask of the NPU's float type
+                kind = node.inputs[0].type.dtype.value
+                return (f"{node.op} of {kind} values: its mask is read by {u.op} (%{u.outputs[0].name}) as a "
+                        "float mask, and the NPU compares integers into int32 masks")
     return None
 
 
