@@ -140,7 +140,7 @@ def _transfer(g: Graph, node: Node, r: Mapping[Value, Interval]) -> Interval | N
         if y.type.dtype == DType.bool:
             return BOOL
         return x  # None from a float: the dtype's range below
-    if op in _KEEP:
+    if op in _KEEP or op in ("gather", "index_select", "embedding"):  # a gather picks table elements
         return got[0]
     if op == "concat":
         return None if any(v is None for v in got) else _union(got)

@@ -43,6 +43,7 @@ from npuc.lower.rules import single
 INT_TYPES = (IRType.i32, IRType.i64)
 _COMPARES = ("eq", "ne", "lt", "le", "gt", "ge")
 _BINARY = ("add", "sub", "mul", "maximum", "minimum")
+_GATHERS = ("embedding", "index_select", "gather")
 
 
 def _is_int(v: Value) -> bool:
@@ -58,6 +59,8 @@ def is_integer_node(node: Node) -> bool:
     if node.op == "cast":
         x, y = node.inputs[0], node.outputs[0]
         return _is_int(y) and (_is_int(x) or x.type.dtype == IRType.bool)
+    if node.op in _GATHERS:  # a gather of an integer table (its rule reads int32 words)
+        return _is_int(node.outputs[0])
     return False
 
 
@@ -120,6 +123,10 @@ def lower_int(ctx: LowerContext, node: Node):
     why = int32_problem(node, ctx.int_ranges)
     if why:
         return why
+    if node.op in _GATHERS:
+        from npuc.lower.rules import RULES
+
+        return RULES[node.op](ctx, node)
     return {"cast": _lower_cast, "cumsum": _lower_cumsum}.get(node.op, _lower_elementwise)(ctx, node)
 
 

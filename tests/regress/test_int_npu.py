@@ -140,3 +140,50 @@ def test_integer_kernels_compile_deterministically():
     ids = torch.randint(2, 99, (2, 9))
     m = PositionIds(past=2)
     assert npuc.compile(m, (ids,)).to_bytes() == npuc.compile(m, (ids,)).to_bytes()
+
+
+class TokenTypes(nn.Module):
+    """RoBERTa's token type ids: a constant int64 buffer gathered by the position ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("types", torch.tensor([[0, 1, 1, 0, 2, 0, 1, 0, 0, 3, 1, 0, 2, 2, 0, 1, 4]]))
+
+    def forward(self, ids):
+        mask = ids.ne(1).int()
+        pos = torch.cumsum(mask, dim=1).type_as(mask) * mask
+        return torch.gather(self.types, 1, pos.long() + 1).int()
+
+
+def test_gather_of_an_integer_table_by_position_ids_on_the_npu():
+    torch.manual_seed(4)
+    ids = torch.randint(2, 30, (1, 15))
+    ids[0, 12:] = 1
+    m = TokenTypes()
+    art = npuc.compile(m.eval(), (ids,), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    _exact(art, m, (ids,))
+
+
+def test_roberta_tiny_runs_every_op_on_the_npu():
+    tf = pytest.importorskip("transformers")
+    from npuc.report.accuracy import check_outputs
+
+    class Out(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(ids).last_hidden_state
+
+    torch.manual_seed(0)
+    cfg = tf.RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=40)
+    m = Out(tf.RobertaModel(cfg, add_pooling_layer=False)).eval()
+    ids = torch.randint(3, 100, (1, 12))
+    ids[0, 9:] = cfg.pad_token_id
+    art = npuc.compile(m, (ids,), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    checks = check_outputs(art.run(ids), m, (ids,))
+    assert all(c.ok for c in checks), checks
