@@ -4,7 +4,8 @@ Every node is checked against the target, in program order:
 
 1. the precision (a float graph on a target without fp16 runs on the CPU);
 2. a lowering rule exists for the op (else a sentence from ``CPU_REASONS``), and its values are
-   float or bool (the NPU holds a float model in fp16 only, booleans as 0/1 masks);
+   float or bool (the NPU holds a float model in fp16 only, booleans as 0/1 masks), or it is
+   integer arithmetic proven to fit int32 (``npuc.lower.rules_int``, ``npuc.lower.int_range``);
 3. the rule's kernels are implemented and each implementation's ``supports`` accepts them.
 
 A node that fails any check runs on the CPU with that reason.  NPU nodes form NPU segments

@@ -1,9 +1,10 @@
 """Lowering rules for gathers by indices known only at run time: ``embedding``, ``index_select``
 and ``gather`` as one ``gather`` kernel each (VGATHER of table rows, docs/kernels.md).
 
-The indices are integer values the NPU does not compute: they keep their own dtype in DRAM (the
-caller's or the CPU's int64, or int32) and the kernel reads their int32 words (an int64 index is
-checked to fit int32).  A table the kernel cannot read as rows (a strided view) is copied dense
+The indices keep their own dtype in DRAM (the caller's or the CPU's int64, or int32; the NPU's
+int32 when an integer kernel computed them, :mod:`npuc.lower.rules_int`) and the kernel reads
+their int32 words (an int64 index is checked to fit int32).  A gather of an integer table proven
+to fit int32 copies int32 rows.  A table the kernel cannot read as rows (a strided view) is copied dense
 first; an output that is not dense rows goes through a dense temporary and a copy.  Constant
 gathers of constants never get here (the frontend folds them).
 """
