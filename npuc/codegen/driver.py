@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.kernel import get_kernel
-from npuc.codegen.reroll import reroll
+from npuc.codegen.reroll import roll
 from npuc.kir.plan import Plan
 from npuc.errors import CompileError
 from npuc.isa.instr import Program
@@ -52,6 +52,7 @@ class EmittedSegment:
     labels: tuple[str, ...]
     plans: tuple[Plan, ...]
     spad_offsets: tuple[int, ...]
+    loops: tuple[tuple[int, int, int], ...] = ()  # the loop nests emitted (Emitter.loops)
 
 
 def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> EmittedSegment:
@@ -84,14 +85,16 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
     offsets = tuple(b + r for b, r in zip(bases, splits))
-    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets)
+    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets, tuple(em.loops))
 
 
 def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
     """The emitted segment (with ``instrs`` in place of its own: the same count, labels
-    unchanged) rerolled into its program."""
+    unchanged) rolled into its program: its loop nests written as LOOPs, the rest rerolled
+    (:func:`npuc.codegen.reroll.roll`, which checks every nest against the instructions, so an
+    instruction rewritten in place only ends a LOOP early)."""
     seg, plans = e.segment, e.plans
-    rolled, labels = reroll(e.instrs if instrs is None else instrs, e.labels)
+    rolled, labels = roll(e.instrs if instrs is None else instrs, e.labels, e.loops)
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)

@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 from npuc.errors import CompileError
 from npuc.isa.enums import Mem, Queue
+from npuc.codegen.loop_nest import LoopNest
 from npuc.isa.instr import Deps, FieldError, Instr, Program, build_args, get_def, program_problem
 from npuc.targets import Target
 
@@ -48,12 +49,15 @@ class Emitter:
 
     ``emit("DMA_LOAD", dram_addr=..., ...)`` builds and checks one instruction (fields as in
     docs/isa.md) and returns its program index.  ``with em.source("layer1.0.conv1"):`` labels the
-    instructions emitted inside (the debug map).  ``finish()`` appends ``END`` and returns the
-    program and the label of every instruction.
+    instructions emitted inside (the debug map).  ``emit_loop(nest)`` appends the iterations of
+    a loop nest (:mod:`npuc.codegen.loop_nest`) from its body, built once; the nests emitted are
+    listed in :attr:`loops` (``nests=False``: kernels emit every step one by one instead).
+    ``finish()`` appends ``END`` and returns the program and the label of every instruction.
     """
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, nests: bool = True) -> None:
         self.target = target
+        self.nests = nests  # whether kernels hand their repeating tiles over as loop nests (emit_loop)
         self._ops: list[tuple[str, Any]] = []
         self._queues: list[int] = []
         self._waits: list[frozenset[Queue]] = []
@@ -68,6 +72,7 @@ class Emitter:
         self._pending: list[set[Queue]] = [set() for _ in range(_NQ)]  # waits of each queue's next instruction
         self._label = ""
         self._finished = False
+        self.loops: list[tuple[int, int, int]] = []  # loop nests emitted: (first index, body, iterations)
 
     # ------------------------------------------------------------------ labels
 
@@ -87,29 +92,46 @@ class Emitter:
     # ------------------------------------------------------------------ emission
 
     def emit(self, op: str, /, **fields: Any) -> int:
-        """Append one instruction (and any tokens or relay NOPs it needs); return its index."""
+        """Append one instruction (and the tokens it needs); return its index."""
         if self._finished:
             raise CompileError("the program is already finished")
-        try:
-            d = get_def(op)
-            if d is None:
-                raise FieldError(f"unknown instruction '{op}'")
-            ins = Instr(op, build_args(d, fields))
-        except FieldError as e:
-            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {e}") from None
-        problem = ins.defn.check(ins.args, self.target)
-        if problem:
-            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {problem}")
-        q = int(ins.defn.queue)
-        regions = ins.defn.regions(ins.args)
-        needs = self._conflicts(q, regions)
-        self._order_after(q, needs)
-        index = self._append(op, ins.args, q)
-        for r in regions:
-            (self._writes if r.writes else self._reads)[r.mem][q].append((index, r.addr, r.end))
-        if index % _PRUNE_EVERY == 0:
-            self._prune()
-        return index
+        return self._issue(self._build(op, fields))
+
+    def emit_loop(self, nest: LoopNest) -> None:
+        """Append ``nest.n`` iterations of a loop nest (:mod:`npuc.codegen.loop_nest`).
+
+        The body's instructions are built and checked once; iteration ``k``'s are the body's
+        with ``k`` strides added to the moving fields (their ranges and the target's limits
+        checked in the iterations where they are extreme: the first period and the last
+        iteration).  Tokens are derived for every iteration exactly as :meth:`emit` would, so
+        the program is the one the iterations emitted one by one would give; the nest is
+        remembered (:attr:`loops`) so that code generation writes it as a LOOP without
+        searching for it.  A nest whose moved fields feed another field's default is emitted
+        iteration by iteration."""
+        if self._finished:
+            raise CompileError("the program is already finished")
+        body = [self._build(s.op, s.kwargs()) for s in nest.body]
+        moves: list[list[tuple[int, int, int]]] = [[] for _ in body]
+        for m in nest.moves:
+            fields = body[m.step].defn.fields
+            index = next(i for i, f in enumerate(fields) if f.name == m.field)
+            moves[m.step].append((index, m.stride, m.period))
+        extremes = sorted({*range(1, min(nest.period, nest.n - 1) + 1), nest.n - 1} - {0})
+        shifted = {k: [_shift(ins, mv, k) for ins, mv in zip(body, moves)] for k in extremes}
+        for k in extremes:
+            built = [self._build(op, f) for op, f in nest.iteration(k)]
+            if [b.args for b in built] != [i.args for i in shifted[k]]:
+                for j in range(nest.n):
+                    for op, f in nest.iteration(j):
+                        self._issue(self._build(op, f))
+                return
+        start = len(self._ops)
+        for ins in body:
+            self._issue(ins)
+        for k in range(1, nest.n):
+            for ins, mv in zip(body, moves):
+                self._issue(_shift(ins, mv, k) if mv else ins)
+        self.loops.append((start, len(body), nest.n))
 
     def finish(self) -> tuple[Program, tuple[str, ...]]:
         """Append END and return the program with its tokens, and each instruction's label."""
@@ -130,6 +152,34 @@ class Emitter:
         return Program(tuple(instrs)), tuple(self._sources)
 
     # ------------------------------------------------------------------ internals
+
+    def _build(self, op: str, fields: dict[str, Any]) -> Instr:
+        """One instruction from its fields, checked against the target (CompileError)."""
+        try:
+            d = get_def(op)
+            if d is None:
+                raise FieldError(f"unknown instruction '{op}'")
+            ins = Instr(op, build_args(d, fields))
+        except FieldError as e:
+            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {e}") from None
+        problem = ins.defn.check(ins.args, self.target)
+        if problem:
+            raise CompileError(f"cannot emit {op} for '{self._label or 'program'}': {problem}")
+        return ins
+
+    def _issue(self, ins: Instr) -> int:
+        """Order ``ins`` after the accesses it conflicts with and append it; its index."""
+        d = ins.defn
+        q = int(d.queue)
+        regions = d.regions(ins.args)
+        needs = self._conflicts(q, regions)
+        self._order_after(q, needs)
+        index = self._append(ins.op, ins.args, q)
+        for r in regions:
+            (self._writes if r.writes else self._reads)[r.mem][q].append((index, r.addr, r.end))
+        if index % _PRUNE_EVERY == 0:
+            self._prune()
+        return index
 
     def _append(self, op: str, args: Any, q: int) -> int:
         index = len(self._ops)
@@ -206,3 +256,11 @@ class Emitter:
                     k = bisect.bisect_right(lst, (done, _BIG, _BIG))
                     if k:
                         del lst[:k]
+
+
+def _shift(ins: Instr, moves: list[tuple[int, int, int]], k: int) -> Instr:
+    """``ins`` in iteration ``k`` of its loop: each (field index, stride, period) moved."""
+    vals = list(ins.args)
+    for f, stride, period in moves:
+        vals[f] += (k % period if period else k) * stride
+    return Instr(ins.op, type(ins.args)._make(vals))

@@ -110,9 +110,9 @@ def _fixed(ins: Instr) -> tuple:
     return tuple(v for k, v in enumerate(ins.args) if k not in ints)
 
 
-def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> dict[tuple[int, int], int] | None:
+def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
     """{(offset, field): b - a} for every field where body ``b`` differs from body ``a``; None
-    when they differ otherwise (a LOOP) or in too many fields."""
+    when they differ otherwise (a LOOP) or in more than ``most`` fields."""
     out: dict[tuple[int, int], int] = {}
     for j, (x, y) in enumerate(zip(a, b)):
         if x.args == y.args:
@@ -122,7 +122,7 @@ def _delta(a: Sequence[Instr], b: Sequence[Instr]) -> dict[tuple[int, int], int]
         for f, (u, v) in enumerate(zip(x.args, y.args)):
             if u != v:  # an integer field: the signatures hold the others equal
                 out[(j, f)] = v - u
-                if len(out) > MAX_MOVES:
+                if len(out) > most:
                     return None
     return out
 
@@ -244,3 +244,154 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
         out_labels += labels[lo:hi]
         u += period * count
     return out, out_labels
+
+
+# ------------------------------------------------------------------------------ known loops
+
+
+def roll(instrs: Sequence[Instr], labels: Sequence[str],
+         loops: Sequence[tuple[int, int, int]]) -> tuple[list[Instr], list[str]]:
+    """The program with its emitted loop nests written as LOOPs and the rest rerolled.
+
+    ``loops`` are the nests the emitter was given, as (first index, body length, iterations)
+    (:attr:`npuc.codegen.emitter.Emitter.loops`).  The iterations of a nest are rolled where
+    they repeat with the same dependency flags (the first and last ones of a pipeline may not:
+    they stay plain and are rerolled with their neighbours), so nothing is searched for over a
+    nest; the body itself is rerolled (a short search) to nest the repetitions inside one
+    iteration.  Everything outside the nests goes through :func:`reroll`.  The result expands
+    to ``instrs`` exactly (checked: :func:`check_expansion`)."""
+    out: list[Instr] = []
+    labs: list[str] = []
+    plain: list[Instr] = []
+    plain_labs: list[str] = []
+
+    def flush() -> None:
+        if plain:
+            r, rl = reroll(plain, plain_labs)
+            out.extend(r)
+            labs.extend(rl)
+            plain.clear()
+            plain_labs.clear()
+
+    pos = 0
+    for start, body, n in sorted(loops):
+        plain.extend(instrs[pos:start])
+        plain_labs.extend(labels[pos:start])
+        runs: dict[int, tuple | None] = {}
+
+        def run_at(v: int, start: int = start, body: int = body, n: int = n):
+            if v not in runs:
+                runs[v] = _known_run(instrs, labels, start + v * body, body, n - v) if v < n else None
+            return runs[v]
+
+        u = 0
+        hopeless = False
+        while u < n:
+            lo = start + u * body
+            got = run_at(u)
+            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
+            if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
+                                       for k in range(1, LOOKAHEAD + 2)):
+                got = None
+            if got is not None and not hopeless:
+                got = _encoded_run(instrs, labels, lo, body, *got)
+                hopeless = got is None  # the other iterations' bodies fare no better: plain
+            else:
+                got = None
+            if got is None:
+                plain.extend(instrs[lo:lo + body])
+                plain_labs.extend(labels[lo:lo + body])
+                u += 1
+                continue
+            count, encoded, encoded_labs, slots = got
+            flush()
+            out.append(loop_instr(count, len(encoded), slots))
+            labs.append(labels[lo])
+            out.extend(encoded)
+            labs.extend(encoded_labs)
+            u += count
+        pos = start + body * n
+    plain.extend(instrs[pos:])
+    plain_labs.extend(labels[pos:])
+    flush()
+    check_expansion(out, instrs, labs)
+    return out, labs
+
+
+def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):
+    """(repetitions, moves) of the run of ``body``-instruction iterations starting at ``lo`` (at
+    most ``left`` of them), or None when fewer than two repeat with constant strides and the
+    same flags."""
+    if left < 2 or body > MAX_BODY:
+        return None
+    first = instrs[lo:lo + body]
+    key = [(i.op, i.deps, _fixed(i)) for i in first]
+
+    def same(b: int) -> bool:
+        return all((i.op, i.deps) == k[:2] and (i.op == "LOOP" or _fixed(i) == k[2])
+                   for i, k in zip(instrs[b:b + body], key))
+
+    if any(i.op in ("LOOP", "END") for i in first) or not same(lo + body):
+        return None
+    most = len(first) * 8  # the slots decide what fits (below), not the count of moves
+    moved = _delta(first, instrs[lo + body:lo + 2 * body], most)
+    if moved is None:
+        return None
+    model = {k: [s, 0] for k, s in moved.items()}
+    count = 2
+    while count < left and count < MAX_ITERATIONS:
+        b = lo + count * body
+        if not same(b):
+            break
+        moved = _delta(first, instrs[b:b + body], most)
+        nxt = None if moved is None else _advance(model, moved, count)
+        if nxt is None:
+            break
+        model, count = nxt, count + 1
+    return count, [(j, f, s, p) for (j, f), (s, p) in model.items()]
+
+
+def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, count: int, moves: list):
+    """(repetitions, encoded body, its labels, slots) of a run found by :func:`_known_run`, or
+    None when it is better rerolled as plain instructions."""
+    first = instrs[lo:lo + body]
+    body_labels = list(labels[lo:lo + body])
+    nested = _nested_body(first, body_labels, moves)
+    if nested is False:  # the body repeats within itself but not in a way the outer slots carry:
+        return None  # rerolling the iterations as plain instructions does better than a flat body
+    if nested is not None:
+        return (count,) + nested
+    slots = group(moves)
+    if slots is None:
+        return None
+    return count, list(first), body_labels, slots
+
+
+def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int]]):
+    """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
+    moves still fit (every instruction an encoded one stands for moves alike); None when the
+    body has no repetition of its own, False when it has but the outer moves do not fit."""
+    from npuc.isa.loops import expand
+
+    by_flat: dict[int, list] = {}
+    for j, f, s, p in moves:
+        by_flat.setdefault(j, []).append((f, s, p))
+    # the outer moves ride on the labels, so that inner loops only gather instructions that move alike
+    keyed = [(label, tuple(sorted(by_flat.get(j, ())))) for j, label in enumerate(labels)]
+    inner, inner_keys = reroll(first, keyed)
+    if len(inner) >= len(first):
+        return None
+    inner_labs = [k[0] for k in inner_keys]
+    flat, origin = expand(inner)
+    if [i.args for i in flat] != [i.args for i in first]:
+        return False
+    per: dict[int, set] = {}
+    for j, e in enumerate(origin):
+        per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
+    if any(len(v) > 1 for v in per.values()):
+        return False
+    encoded_moves = [(e, f, s, p) for e, v in per.items() for f, s, p in next(iter(v))]
+    slots = group(encoded_moves)
+    if slots is None:
+        return False
+    return inner, inner_labs, slots

@@ -9,9 +9,11 @@ cost model's estimate of it, and :func:`emit_program` hands its steps to the emi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from npuc.codegen.kernel import SramArena
+from npuc.codegen.loop_nest import emit_steps
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.kir.tile_program import Buffer, DramName, Step, TileProgram
@@ -53,9 +55,10 @@ class TileBuilder:
 
 
 def emit_program(prog: TileProgram, em: Any) -> None:
-    """Issue every step of ``prog``, in program order, through the emitter ``em``."""
-    for s in prog.steps:
-        em.emit(s.op, **s.kwargs())
+    """Issue every step of ``prog``, in program order, through the emitter ``em``: the runs of
+    iterations that repeat with constant strides as loop nests (:mod:`npuc.codegen.loop_nest`),
+    the rest step by step."""
+    emit_steps(prog.steps, em)
 
 
 def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:
@@ -64,6 +67,21 @@ def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:
     from npuc.schedule.vector_cost import program_cycles
 
     return Plan(summary, prog.spad_bytes, prog.acc_bytes, program_cycles(prog, target), prog)
+
+
+def placement_free(kernel: Kernel) -> tuple:
+    """A key equal for two kernels that differ only in where their tensors are (the repeated
+    blocks of a network): every tensor moved to its address modulo 64 (DMA bursts see the
+    alignment), the names dropped, and which tensors overlap kept."""
+    def moved(t):
+        return replace(t, name="", addr=t.addr % 64)
+
+    epilogue = tuple(replace(e, operand=moved(e.operand)) if e.operand is not None else e for e in kernel.epilogue)
+    placed = replace(kernel, name="", inputs=tuple(moved(t) for t in kernel.inputs), output=moved(kernel.output),
+                     epilogue=epilogue)
+    spans = [(t.addr, t.addr + t.span) for t in kernel.tensors()]
+    overlaps = tuple((i, j) for i, a in enumerate(spans) for j, b in enumerate(spans[:i]) if a[0] < b[1] and b[0] < a[1])
+    return placed, overlaps
 
 
 def planned_program(kernel: Kernel, plan: Plan, target: Any, build) -> TileProgram:

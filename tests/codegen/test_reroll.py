@@ -16,23 +16,24 @@ from npuc.pipeline import import_model
 
 
 def _unrolled_and_rolled(model, x, preset):
-    """Each NPU segment's program as the emitter wrote it, and rerolled."""
+    """Each NPU segment's program as the emitter wrote it, and rolled (its loop nests as LOOPs,
+    the rest rerolled)."""
     import npuc.codegen.driver as driver
 
     seen = []
-    real = driver.reroll
+    real = driver.roll
 
-    def spy(instrs, labels):
-        out = real(instrs, labels)
+    def spy(instrs, labels, loops):
+        out = real(instrs, labels, loops)
         seen.append((list(instrs), list(labels), out))
         return out
 
-    driver.reroll = spy
+    driver.roll = spy
     try:
         g = import_model(model, (x,))
         art = compile_graph(g, load_target(preset))
     finally:
-        driver.reroll = real
+        driver.roll = real
     return art, seen
 
 

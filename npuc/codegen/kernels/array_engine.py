@@ -37,6 +37,7 @@ from typing import Any
 from npuc.codegen.emitter import Emitter
 from npuc.codegen.epilogue import Tile, apply_epilogue, emit_acc_to_tile, emit_bias_requant, load_step_operand, Piece
 from npuc.codegen.kernel import SramArena
+from npuc.codegen.loop_nest import StepRecorder, emit_steps
 from npuc.kir.kernel import qadd_step
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import Dataflow, DType
@@ -116,8 +117,20 @@ class ArrayEngine:
         self.out_slot = 0
 
     def run(self) -> None:
-        for s in steps(self.p, self.t):
-            self._step(s)
+        """Emit the problem: the loop nest's steps recorded, one iteration per output tile (its
+        reduction blocks, then its epilogue and store) and an inner one per reduction block, then
+        handed to the emitter as loop nests (:func:`npuc.codegen.loop_nest.emit_steps`)."""
+        em = self.em
+        rec = self.em = StepRecorder.new(em.target)
+        tile = -1
+        try:
+            for i, s in enumerate(steps(self.p, self.t)):
+                tile += s.first
+                rec.at(tile, i)
+                self._step(s)
+        finally:
+            self.em = em
+        emit_steps(rec.steps, em, rec.inner)
 
     # ------------------------------------------------------------------ one step
 

@@ -16,7 +16,7 @@ are zero-filled once; for each channel block their diagonals are copied from the
 strided VUN per tap group).  Per tile: input rows into a padded buffer (``fetch_padded``, borders
 VFILLed with 0 or the int8 zero point), then per channel block and tap one LOAD_WEIGHTS and one
 MATMUL walking the whole output tile (two-level row loop: horizontal stride, then rows) into an
-accumulator tile; two accumulator tiles alternate.  The epilogue converts the accumulator tile
+accumulator tile (taps outer, blocks inner); two accumulator tiles alternate.  The epilogue converts the accumulator tile
 (fp16: VCVT fp32 -> fp16; int8: the folded bias added in int32, then REQUANT per channel: the
 same integer sums as the vector kernel's, so the same bits), applies the fused epilogue ops and
 stores it.
@@ -235,10 +235,12 @@ class _ArrayDepthwise:
         row_s, px_s = self.wp * nc * es, nc * es
         dt = k.dtype.name
         kb = self.kb
-        for blk in range(-(-nc // kb)):
-            n = min(kb, nc - blk * kb)
-            for t in range(self.taps):
-                dy, dx = divmod(t, self.kw)
+        # taps outer, channel blocks inner: the blocks of a tap are evenly strided (one LOOP body),
+        # and each block's accumulator still adds its taps in order (the same sums, the same bits)
+        for t in range(self.taps):
+            dy, dx = divmod(t, self.kw)
+            for blk in range(-(-nc // kb)):
+                n = min(kb, nc - blk * kb)
                 tb.emit("LOAD_WEIGHTS", dtype=dt, addr=self.diag + ((t * self.nblk + blk) * kb * kb) * es, k=n, n=n,
                         s_n=es, s_k=kb * es)
                 tb.emit("MATMUL", dtype=dt, acc=int(t > 0), k=n, n=n,

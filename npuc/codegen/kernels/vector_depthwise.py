@@ -44,7 +44,7 @@ from npuc.codegen.epilogue import (
 )
 from npuc.codegen.kernel import SramArena, register_kernel
 from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_matmul_cycles, array_program, array_tilings
-from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
+from npuc.codegen.tile_builder import TileBuilder, emit_program, placement_free, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
@@ -115,6 +115,10 @@ def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool) -> int:
     return _r(w) + _r(rows * ow * chans * es)
 
 
+_CHOICES: dict[tuple, tuple] = {}  # (target, placement-free kernel) -> (summary, tiling, estimate)
+_CHOICES_LIMIT = 4096
+
+
 class DepthwiseKernel:
     """The ``depthwise_conv2d`` kind (docs/kernels.md)."""
 
@@ -143,8 +147,21 @@ class DepthwiseKernel:
             kernel.epilogue, kernel.dtype, target)
 
     def plan(self, kernel: Kernel, target) -> Plan:
-        """The cheapest of :meth:`alternatives` by the cost model (the vector unit on a tie)."""
-        return min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
+        """The cheapest of :meth:`alternatives` by the cost model (the vector unit on a tie).
+        The choice is memoised per target and placement-free kernel (the repeated blocks of a
+        network): a layer like one already planned gets the same schedule, built for its own
+        tensors, without costing the alternatives again."""
+        key = (target, placement_free(kernel))
+        hit = _CHOICES.get(key)
+        if hit is not None:
+            summary, choice, est = hit
+            prog = self.program(kernel, choice, target)
+            return Plan(summary, prog.spad_bytes, prog.acc_bytes, est, prog)
+        best = min(self.alternatives(kernel, target), key=lambda p: p.est_cycles)
+        if len(_CHOICES) >= _CHOICES_LIMIT:
+            _CHOICES.clear()
+        _CHOICES[key] = (best.summary, best.details.choice, best.est_cycles)
+        return best
 
     def alternatives(self, kernel: Kernel, target) -> list[Plan]:
         """Every schedule worth costing for this layer: the vector unit's, then the array's

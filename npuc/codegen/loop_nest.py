@@ -1,0 +1,264 @@
+"""Loop nests: a kernel's repeated tiles handed to the emitter as one body, a trip count and strides.
+
+A kernel's schedule is a list of steps in program order, each tagged with the tile-loop
+iteration it belongs to (:class:`~npuc.kir.tile_program.Step`: the vector and move kernels'
+tile programs, and the array engine's steps recorded by :class:`StepRecorder`).  In steady
+state the iterations issue the same instructions at addresses that advance by a constant
+stride, or that come back to where they started after a few iterations (the buffers of a
+double-buffered pair).  :func:`loop_pieces` cuts the steps into *chunks* -- a chunk starts
+at the first step of each new iteration, so the loads that software pipelining hoists into
+the iteration before travel with it -- and writes each run of chunks that repeat that way as a
+:class:`LoopNest`: the first chunk's steps (the body), the number of repetitions, and the
+field moves (:class:`Move`: body step, field, stride, period).  Whatever does not repeat (the
+prologue, the first and last iterations of a pipeline, a last tile of another size) stays a
+list of plain steps.
+
+The emitter (:meth:`npuc.codegen.emitter.Emitter.emit_loop`) takes a nest as it is: it builds
+and checks the body's instructions once and derives every iteration's instruction by adding
+the strides, and the code generation writes the nest as a ``LOOP`` directly
+(:func:`npuc.codegen.reroll.roll`), so no search for repeated bodies runs over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from npuc.isa.instr import get_def
+from npuc.isa.loops import MAX_BODY, MAX_PERIOD
+from npuc.kir.tile_program import Step
+
+MAX_ITERATIONS = get_def("LOOP").field("n").max_value
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Field ``field`` of body step ``step`` advances by ``stride`` each iteration, or by
+    ``(k mod period) * stride`` in iteration ``k`` when ``period`` is not 0."""
+
+    step: int
+    field: str
+    stride: int
+    period: int = 0
+
+    def offset(self, k: int) -> int:
+        return (k % self.period if self.period else k) * self.stride
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """``n`` iterations of ``body`` (the steps of iteration 0, in program order) whose fields
+    move as ``moves`` say."""
+
+    body: tuple[Step, ...]
+    n: int
+    moves: tuple[Move, ...]
+
+    @property
+    def period(self) -> int:
+        """The least common period of the moves (1 without periodic moves)."""
+        from math import lcm
+
+        return lcm(1, *(m.period for m in self.moves if m.period))
+
+    def iteration(self, k: int) -> list[tuple[str, dict[str, Any]]]:
+        """The (op, fields) of every step of iteration ``k``."""
+        out = [(s.op, s.kwargs()) for s in self.body]
+        for m in self.moves:
+            f = out[m.step][1]
+            f[m.field] = f[m.field] + m.offset(k)
+        return out
+
+
+@dataclass(frozen=True)
+class StepRecorder:
+    """An emitter stand-in that records ``emit`` calls as steps of the current iteration
+    (``at``), for kernels that write their schedule through an emitter (the array engine)."""
+
+    target: Any
+    steps: list[Step]
+    inner: list[Step]  # the same steps tagged with the inner iteration (``at``'s second argument)
+    tile: list[int]
+
+    @staticmethod
+    def new(target: Any) -> "StepRecorder":
+        return StepRecorder(target, [], [], [-1, -1])
+
+    def at(self, tile: int, inner: int = -1) -> None:
+        self.tile[:] = [tile, inner]
+
+    def emit(self, op: str, /, **fields: Any) -> int:
+        f = tuple(fields.items())
+        self.steps.append(Step(op, f, self.tile[0]))
+        self.inner.append(Step(op, f, self.tile[1]))
+        return len(self.steps) - 1
+
+
+def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None) -> None:
+    """Issue ``steps`` through the emitter ``em``: plain steps one by one, runs of repeating
+    iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them
+    (``finer``: see :func:`refined`); an emitter made with ``nests=False`` gets every step
+    one by one (the same program, unrolled: what the tests compare with)."""
+    loops = getattr(em, "emit_loop", None) if getattr(em, "nests", False) else None
+    pieces: list = [tuple(steps)]
+    if loops is not None:
+        pieces = loop_pieces(steps)
+        if finer is not None:
+            pieces = refined(pieces, finer)
+    for piece in pieces:
+        if isinstance(piece, LoopNest):
+            loops(piece)
+        else:
+            for s in piece:
+                em.emit(s.op, **s.kwargs())
+
+
+# ------------------------------------------------------------------------------ finding the runs
+
+
+def chunks(steps: Sequence[Step]) -> list[tuple[Step, ...]]:
+    """The steps cut before the first step of every iteration not seen before (the prologue,
+    iteration -1 and whatever precedes iteration 0, is the first chunk)."""
+    out: list[tuple[Step, ...]] = []
+    seen: set[int] = set()
+    start = 0
+    for i, s in enumerate(steps):
+        if s.tile >= 0 and s.tile not in seen:
+            seen.add(s.tile)
+            if i > start:
+                out.append(tuple(steps[start:i]))
+            start = i
+    if start < len(steps):
+        out.append(tuple(steps[start:]))
+    return out
+
+
+def _shape(chunk: tuple[Step, ...]) -> tuple:
+    """What two repetitions must share: the ops, the field names and every value that is not a
+    plain integer (integers may move)."""
+    return tuple((s.op,) + tuple((k, None if type(v) is int else v) for k, v in s.fields) for s in chunk)
+
+
+def _moved(a: tuple[Step, ...], b: tuple[Step, ...]) -> dict[tuple[int, str], int]:
+    """{(step, field): b - a} for every integer field that differs."""
+    out = {}
+    for j, (x, y) in enumerate(zip(a, b)):
+        if x.fields == y.fields:
+            continue
+        for (k, u), (_, v) in zip(x.fields, y.fields):
+            if u != v:
+                out[(j, k)] = v - u
+    return out
+
+
+def _fit(model: dict, moved: dict, k: int) -> dict | None:
+    """The (stride, period) model extended by repetition ``k``'s moves, or None (as
+    :func:`npuc.codegen.reroll._advance`)."""
+    new = None
+    for key, (stride, period) in model.items():
+        got = moved.get(key, 0)
+        if got == (k % period if period else k) * stride:
+            continue
+        if got == 0 and not period and k <= MAX_PERIOD:
+            if new is None:
+                new = dict(model)
+            new[key] = (stride, k)
+            continue
+        return None
+    if any(key not in model for key in moved):
+        return None
+    return model if new is None else new
+
+
+def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int) -> tuple[int, dict]:
+    """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
+    key = shapes[c:c + period]
+    if c + 2 * period > len(cs) or shapes[c + period:c + 2 * period] != key:
+        return 1, {}
+    first = sum(cs[c:c + period], ())
+    if not first or len(first) > MAX_BODY:
+        return 1, {}
+    model = {k: (s, 0) for k, s in _moved(first, sum(cs[c + period:c + 2 * period], ())).items()}
+    count = 2
+    while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
+           and shapes[c + count * period:c + (count + 1) * period] == key):
+        nxt = _fit(model, _moved(first, sum(cs[c + count * period:c + (count + 1) * period], ())), count)
+        if nxt is None:
+            break
+        model, count = nxt, count + 1
+    return count, model
+
+
+MAX_UNIT = 6  # chunks a repeating unit may span (iterations of 2 or 3 forms over 2 or 3 buffer sets)
+
+
+MOVE_COST = 4  # steps a moving field is worth in a run's score
+LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
+
+
+def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, int, int, dict]:
+    """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
+    it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
+    buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
+    within the LOOP's stride slots)."""
+    best = (0, 1, 1, {})
+    for period in range(1, MAX_UNIT + 1):
+        count, model = _run(cs, shapes, c, period)
+        if count >= 2:
+            saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
+            if saved > best[0]:
+                best = (saved, period, count, model)
+    return best
+
+
+def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
+    """The steps as plain runs and loop nests, in program order (see the module docstring)."""
+    cs = chunks(steps)
+    shapes = [_shape(c) for c in cs]
+    out: list[tuple[Step, ...] | LoopNest] = []
+    flat: list[Step] = []
+    found: dict[int, tuple[int, int, int, dict]] = {}
+
+    def best_at(i: int) -> tuple[int, int, int, dict]:
+        if i not in found:
+            found[i] = _best(cs, shapes, i) if i < len(cs) else (0, 1, 1, {})
+        return found[i]
+
+    c = 0
+    while c < len(cs):
+        saved, period, count, model = best_at(c)
+        # peel a first chunk that spoils a better run (one in phase with the buffer rotation)
+        # (on a tie, the shorter body: its own repetitions nest more readily)
+        if count < 2 or any(best_at(c + k)[0] > saved or (best_at(c + k)[0] == saved and best_at(c + k)[1] < period)
+                            for k in range(1, LOOKAHEAD + 1)):
+            flat.extend(cs[c])
+            c += 1
+            continue
+        if flat:
+            out.append(tuple(flat))
+            flat = []
+        moves = tuple(Move(j, k, s, p) for (j, k), (s, p) in sorted(model.items()))
+        out.append(LoopNest(sum(cs[c:c + period], ()), count, moves))
+        c += count * period
+    if flat:
+        out.append(tuple(flat))
+    return out
+
+
+def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
+    """``pieces`` with every plain run cut again by the iterations of ``finer`` (the same steps
+    tagged with an inner loop's iterations: the array engine's reduction blocks inside its
+    output tiles), so an inner loop rolls where the outer one does not repeat."""
+    out: list[tuple[Step, ...] | LoopNest] = []
+    pos = 0
+    for p in pieces:
+        if isinstance(p, LoopNest):
+            out.append(p)
+            pos += p.n * len(p.body)
+            continue
+        out.extend(loop_pieces(finer[pos:pos + len(p)]) if len(p) > 2 else [p])
+        pos += len(p)
+    return out
+
+
+__all__ = ["LoopNest", "Move", "StepRecorder", "chunks", "emit_steps", "loop_pieces", "refined"]

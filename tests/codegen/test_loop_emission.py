@@ -1,0 +1,197 @@
+"""Kernels that hand their repeating tiles to the emitter as loop nests give the very program
+they gave one instruction at a time, and it simulates to the same bytes and cycles.
+
+For each kernel (array convolutions fp16 and int8, depthwise on the vector unit and on the
+array, an elementwise chain, a pool, a copy) the program is emitted twice: by an emitter that
+takes loop nests (``Emitter.emit_loop``) and by one that gets every step one by one
+(``nests=False``: the emission before loop nests).  The two instruction streams must be equal,
+instruction for instruction and token for token; the loop-emitted one, written with its nests as
+LOOPs (``reroll.roll``), must expand to it, be shorter (an array convolution: a third or
+less), and simulate to the same output
+bytes and the same cycles as the flat one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npuc.codegen.emitter import Emitter
+from npuc.codegen.harness import place
+from npuc.codegen.kernel import get_kernel
+from npuc.codegen.kernels.array_conv import WEIGHT_ORDER
+from npuc.codegen.reroll import roll
+from npuc.ir.ops.linalg import Conv2dAttrs
+from npuc.isa.enums import DType
+from npuc.isa.loops import expand
+from npuc.kir.kernel import EpilogueOp, Kernel, PoolAttrs, QuantAttrs
+from npuc.kir.tensor import NHWC, DramTensor
+from npuc.quant import arith
+from npuc.runtime.sim import simulate
+from npuc.targets import load_target
+
+F16, I8, I32 = DType.fp16, DType.int8, DType.int32
+MID = load_target("npu-mid")
+TAP_MAJOR = (2, 3, 1, 0)
+
+
+def _conv(c, h, o, k, s=1, p=0, dt=F16, epilogue=()):
+    oh = (h + 2 * p - k) // s + 1
+    x = DramTensor.dense("x", (1, c, h, h), dt, order=NHWC)
+    w = DramTensor.dense("w", (o, c, k, k), dt, order=WEIGHT_ORDER)
+    y = DramTensor.dense("y", (1, o, oh, oh), dt, order=NHWC)
+    attrs = Conv2dAttrs((s, s), (p, p), (1, 1), 1)
+    if dt is I8:
+        ins = (x, w, DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (o, 2), I32))
+        return Kernel("qconv", "conv2d", ins, y, attrs, (), I8, quant=QuantAttrs(5, -3, -3, 127))
+    return Kernel("conv", "conv2d", (x, w), y, attrs, tuple(epilogue), F16)
+
+
+def _depthwise(c, h, k, s, p, dt=F16):
+    oh = (h + 2 * p - k) // s + 1
+    x = DramTensor.dense("x", (1, c, h, h), dt, order=NHWC)
+    w = DramTensor.dense("w", (c, 1, k, k), dt, order=TAP_MAJOR)
+    y = DramTensor.dense("y", (1, c, oh, oh), dt, order=NHWC)
+    attrs = Conv2dAttrs((s, s), (p, p), (1, 1), c)
+    if dt is I8:
+        ins = (x, w, DramTensor.dense("b", (c,), I32), DramTensor.dense("r", (c, 2), I32))
+        return Kernel("qdw", "depthwise_conv2d", ins, y, attrs, (), I8, quant=QuantAttrs(7, -3, -3, 127))
+    bias = DramTensor("bias", y.shape, F16, 0, (0, 2, 0, 0))
+    epi = (EpilogueOp("add", operand=bias), EpilogueOp("clamp", params=(("min", 0.0), ("max", 6.0))))
+    return Kernel("dw", "depthwise_conv2d", (x, w), y, attrs, epi, F16)
+
+
+def _values(k: Kernel, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in k.tensors():
+        if t.name == k.output.name or t.name in out:
+            continue
+        shape = tuple(1 if st == 0 else n for n, st in zip(t.shape, t.strides))
+        if t.dtype is F16:
+            out[t.name] = (rng.standard_normal(shape) * 0.5).astype(np.float16)
+        elif t.dtype is I8:
+            out[t.name] = rng.integers(-128, 128, shape).astype(np.int8)
+        elif t.name == "r":  # REQUANT records: real multipliers and shifts
+            mults, shifts = arith.channel_multipliers(0.03, tuple(rng.uniform(0.002, 0.02, shape[0])), 0.05)
+            out[t.name] = np.array([[int(m), int(s)] for m, s in zip(mults, shifts)], np.int32)
+        else:
+            out[t.name] = rng.integers(-20000, 20000, shape).astype(np.int32)
+    return out
+
+
+def _eltwise():
+    x = DramTensor.dense("x", (1, 64, 40, 40), F16, order=NHWC)
+    y = DramTensor.dense("y", (1, 64, 40, 40), F16, order=NHWC)
+    o = DramTensor.dense("o", (1, 64, 40, 40), F16, order=NHWC)
+    return Kernel("e", "eltwise", (x,), y, epilogue=(EpilogueOp("silu"), EpilogueOp("add", operand=o)))
+
+
+def _pool():
+    x = DramTensor.dense("x", (1, 64, 56, 56), F16, order=NHWC)
+    y = DramTensor.dense("y", (1, 64, 28, 28), F16, order=NHWC)
+    return Kernel("p", "pool2d", (x,), y, attrs=PoolAttrs("max", (3, 3), (2, 2), (1, 1)))
+
+
+def _copy():
+    x = DramTensor.dense("x", (1, 96, 28, 28), F16)  # NCHW in, channels-last out: a layout change
+    y = DramTensor.dense("y", (1, 96, 28, 28), F16, order=NHWC)
+    return Kernel("c", "copy", (x,), y)
+
+
+CASES = {
+    "conv3x3-fp16": lambda: _conv(32, 28, 64, 3, 1, 1, epilogue=(EpilogueOp("relu"),)),
+    "conv1x1-fp16": lambda: _conv(96, 14, 576, 1),
+    "conv3x3-int8": lambda: _conv(32, 28, 64, 3, 1, 1, dt=I8),
+    "conv1x1-s2-int8": lambda: _conv(64, 28, 128, 1, 2, dt=I8),
+    "depthwise-fp16": lambda: _depthwise(144, 28, 3, 1, 1),
+    "depthwise-int8": lambda: _depthwise(192, 28, 3, 1, 1, dt=I8),
+    "eltwise": _eltwise,
+    "pool": _pool,
+    "copy": _copy,
+}
+
+# kernels with enough tiles that loop nests pay (a few tiles go to the rerolling search instead)
+LOOPED = {"conv3x3-fp16", "conv1x1-fp16", "conv3x3-int8", "depthwise-fp16", "depthwise-int8"}
+
+
+def _both(kernel: Kernel, plan, target):
+    """(flat program, loop-emitted program, its LOOPs written) for one plan of ``kernel``."""
+    impl = get_kernel(kernel.kind)
+    programs = []
+    for nests in (False, True):
+        em = Emitter(target, nests=nests)
+        with em.source(kernel.name):
+            impl.emit(kernel, plan, em)
+        prog, labels = em.finish()
+        programs.append((prog, labels, em.loops))
+    (flat, _, flat_loops), (looped, labels, loops) = programs
+    assert not flat_loops
+    rolled, _ = roll(looped.instrs, labels, loops)
+    return flat, looped, rolled, loops
+
+
+def _run(instrs, target, kernel, values, size):
+    dram = np.zeros(size, np.uint8)
+    for t in kernel.tensors():
+        if t.name != kernel.output.name:
+            t.write_numpy(dram, values[t.name])
+    res = simulate(instrs, target, dram)
+    return kernel.output.to_numpy(np.frombuffer(res.dram, np.uint8)), res.total_cycles
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_loop_emission_matches_the_flat_program(case):
+    kernel, size = place(CASES[case]())
+    values = _values(kernel)
+    impl = get_kernel(kernel.kind)
+    plans = impl.alternatives(kernel, MID) if hasattr(impl, "alternatives") else [impl.plan(kernel, MID)]
+    used = []
+    for plan in plans:
+        flat, looped, rolled, loops = _both(kernel, plan, MID)
+        used.append(bool(loops))
+        assert looped.instrs == flat.instrs  # the same instructions, the same tokens
+        assert expand(rolled)[0] == list(flat.instrs)
+        assert len(rolled) < len(flat)
+        if kernel.kind == "conv2d" and case in LOOPED:  # a layer's output tiles: one LOOP, its reduction chunks nested
+            assert len(rolled) * 3 < len(flat)
+        want, want_cycles = _run(flat.instrs, MID, kernel, values, size)
+        got, got_cycles = _run(rolled, MID, kernel, values, size)
+        assert got_cycles == want_cycles
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    if case in LOOPED:
+        assert any(used)  # the kernel did hand loop nests to the emitter
+
+
+def _relu_nest(tiles: int, stride: int = 256):
+    """relu over ``tiles`` tiles through two scratchpad buffers: load, relu, store per tile."""
+    from npuc.codegen.loop_nest import LoopNest, Move
+    from npuc.kir.tile_program import Step
+
+    body = (Step("DMA_LOAD", (("esize", 1), ("dram_addr", 0), ("local_addr", 0), ("n0", 256)), 0),
+            Step("VUN", (("op", "relu"), ("dtype", "int8"), ("n0", 256), ("dst", 0x800), ("src", 0)), 0),
+            Step("DMA_STORE", (("esize", 1), ("dram_addr", 0x10000), ("local_addr", 0x800), ("n0", 256)), 0))
+    moves = (Move(0, "dram_addr", stride), Move(0, "local_addr", 0x1000, 2), Move(1, "dst", 0x1000, 2),
+             Move(1, "src", 0x1000, 2), Move(2, "dram_addr", stride), Move(2, "local_addr", 0x1000, 2))
+    return LoopNest(body, tiles, moves)
+
+
+def test_emit_loop_gives_the_stream_of_its_iterations_emitted_one_by_one():
+    nest = _relu_nest(40)
+    looped = Emitter(MID)
+    looped.emit_loop(nest)
+    flat = Emitter(MID)
+    for k in range(nest.n):
+        for op, fields in nest.iteration(k):
+            flat.emit(op, **fields)
+    (a, la), (b, _) = looped.finish(), flat.finish()
+    assert a.instrs == b.instrs and looped.loops == [(0, 3, 40)]
+    rolled, _ = roll(a.instrs, la, looped.loops)
+    assert expand(rolled)[0] == list(b.instrs) and len(rolled) * 8 < len(b)  # the first and last tiles peeled
+
+
+def test_emit_loop_refuses_a_stride_that_leaves_the_field_range():
+    from npuc.errors import CompileError
+
+    with pytest.raises(CompileError, match="DMA_LOAD"):
+        Emitter(MID).emit_loop(_relu_nest(40, stride=1 << 40))
