@@ -187,3 +187,23 @@ def test_roberta_tiny_runs_every_op_on_the_npu():
     assert not art.report.cpu_ops, art.report.explain()
     checks = check_outputs(art.run(ids), m, (ids,))
     assert all(c.ok for c in checks), checks
+
+
+class SignedScan(nn.Module):
+    """Negative partial sums, a compare of bounded values and maximum/minimum of integers."""
+
+    def forward(self, ids):
+        step = ids.ne(0).int() * 2 - 1  # [-1, 1]
+        cs = torch.cumsum(step, 1)  # [-n, n], int64
+        low = cs.lt(-2).int() - cs.ge(3).int()
+        return (torch.maximum(cs, torch.full_like(cs, -4)) * 10 + low).int(), torch.minimum(cs, low.long()).int()
+
+
+@pytest.mark.parametrize("n", [2, 3, 29])
+def test_signed_scans_compares_and_extrema_on_the_npu(n):
+    torch.manual_seed(n)
+    ids = torch.randint(0, 2, (3, n))
+    m = SignedScan()
+    art = npuc.compile(m.eval(), (ids,), target="npu-mid")
+    assert not art.report.cpu_ops, art.report.explain()
+    _exact(art, m, (ids,))
