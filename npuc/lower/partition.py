@@ -131,8 +131,8 @@ class _Pass:
 
     def _with_range_note(self, node: Node, reason: str) -> str:
         """``reason`` and what the integer range analysis proves about the node's values."""
-        if is_integer_node(node):  # its reason came from the range analysis already
-            return reason
+        if self.precision.dtype is not DType.fp16 or is_integer_node(node):
+            return reason  # no integer question on this path, or its reason came from the analysis
         note = range_note(node, self.ctx.int_ranges)
         return reason if note is None or note in reason else f"{reason}; {note}"
 
