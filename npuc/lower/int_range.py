@@ -242,6 +242,5 @@ def range_note(node: Node, ranges: Mapping[Value, Interval]) -> str | None:
     why = int32_problem(node, ranges)
     if why is not None:
         return why.split(": ", 1)[1]
-    y = node.outputs[0]
-    shown = f"result {ranges[y]}" if y in ranges else "values"
+    shown = ", ".join(f"%{v.name} {ranges[v]}" for v in ints if v in ranges)
     return f"its integer values are proven to fit int32 ({shown})"

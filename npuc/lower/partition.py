@@ -220,7 +220,7 @@ class _Pass:
                 if t is None or not self._escapes(v) or dense_order(t) is not None:
                     continue
                 dst = self.ctx.temp(f"{v.name}.dense", v.type.shape, order_of(v, self.ctx.images), t.dtype)
-                copy = self.ctx.kernel(node, "copy", (t,), dst, suffix=".dense")
+                copy = self.ctx.kernel(node, "copy", (t,), dst, suffix=".dense", dtype=t.dtype)
                 kernels, reason = self.check([copy])
                 if reason:
                     raise _Restart(node, f"its result is a strided view the CPU reads, and {reason}")

@@ -207,3 +207,21 @@ def test_signed_scans_compares_and_extrema_on_the_npu(n):
     art = npuc.compile(m.eval(), (ids,), target="npu-mid")
     assert not art.report.cpu_ops, art.report.explain()
     _exact(art, m, (ids,))
+
+
+class StridedView(nn.Module):
+    """A bounded int64 CPU result the NPU reads in place (its int32 words) and multiplies in
+    int32, and an int32 NPU result the CPU reads back."""
+
+    def forward(self, ids):
+        small = ids.clamp(0, 9)  # on the CPU, [0, 9]
+        return (small.int() * 3).float() + small.int().float()
+
+
+def test_integers_cross_between_the_cpu_and_the_npu_exactly():
+    ids = torch.tensor([[3, -4, 12, 7, 0, 9]])
+    m = StridedView()
+    art = npuc.compile(m.eval(), (ids,), target="npu-mid")
+    ops = _cpu_ops(art)
+    assert "mul" not in ops, art.report.explain()
+    _exact(art, m, (ids,))
