@@ -514,6 +514,12 @@ def epilogue_supports(epilogue: Sequence[EpilogueOp], dtype: DType, target: Any,
             return f"gelu approximation '{e.param('approximate')}' is unknown"
     if dtype.is_float and not target.has_fp16:
         return f"target '{target.name}' has no fp16 vector arithmetic"
+    if dtype is DType.int32:  # integer arithmetic (npuc.lower.rules_int): VBIN int32 of tensor operands
+        for e in epilogue:
+            if e.op not in _VBIN or e.operand is None or e.operand.dtype is not DType.int32:
+                return (f"int32 epilogues take only add, sub, mul, maximum and minimum of an int32 tensor "
+                        f"operand, not {e}")
+        return None
     if not dtype.is_float:
         for e in epilogue:
             if int8_adds and e.operand is not None and qadd_step(e) is not None:

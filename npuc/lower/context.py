@@ -42,6 +42,17 @@ class LowerContext:
         self.homes: dict[Value, DramTensor] = {}
         self.buffers: dict[str, Buffer] = {}
         self._temps = 0
+        self._int_ranges = None
+        self.users = g.users()
+
+    @property
+    def int_ranges(self):
+        """The range of every integer value of the graph (:func:`npuc.lower.int_range.int_ranges`)."""
+        if self._int_ranges is None:
+            from npuc.lower.int_range import int_ranges
+
+            self._int_ranges = int_ranges(self.g)
+        return self._int_ranges
 
     # ------------------------------------------------------------------ values
 
@@ -82,10 +93,26 @@ class LowerContext:
             low = -(2 ** 31)
             d = torch.where((d >= low) & (d < 2 ** 31), d, torch.full_like(d, low)).to(torch.int32)
             return self.const_tensor(self.const_of[v], d.reshape(shape + (1,)), ".i32", dtype=DType.int32)
+        if self.is_npu_int32(v):  # computed on the NPU in int32 (npuc.lower.rules_int)
+            t = self.homes[v]
+            if not v.type.shape:
+                return DramTensor(t.name, (1, 1), t.dtype, t.addr, (4, 4))
+            return DramTensor(t.name, t.shape + (1,), t.dtype, t.addr, t.strides + (4,))
         words = {"i64": 2, "i32": 1}.get(v.type.dtype.value)
         if words is None:
             return None
         return DramTensor.dense(v.name, shape + (words,), DType.int32)
+
+    def is_npu_int32(self, v: Value) -> bool:
+        """Whether an NPU kernel computes ``v`` in int32 (an integer, or a 0/1 mask of integers)."""
+        t = self.homes.get(v)
+        return t is not None and t.dtype is DType.int32 and v not in self.const_of
+
+    def int_out(self, v: Value) -> DramTensor:
+        """The int32 buffer an NPU kernel writes the integer (or integer mask) ``v`` to."""
+        if v not in self.homes:
+            self.homes[v] = self._new_buffer(v.name, v.type.shape, None, DType.int32)
+        return self.homes[v]
 
     def out(self, v: Value) -> DramTensor:
         """The tensor a kernel writes ``v`` to (its own buffer, in the value's layout)."""
@@ -124,20 +151,24 @@ class LowerContext:
         b = self.buffers.get(t.name)
         return b is not None and b.kind == CONSTANT
 
-    def temp(self, hint: str, shape: tuple[int, ...], order: tuple[int, ...] | None = None) -> DramTensor:
-        """A fresh activation buffer for an intermediate result (a layout copy)."""
+    def temp(self, hint: str, shape: tuple[int, ...], order: tuple[int, ...] | None = None,
+             dtype: DType | None = None) -> DramTensor:
+        """A fresh activation buffer for an intermediate result (a layout copy), in the NPU's
+        dtype or in ``dtype``."""
         self._temps += 1
-        return self._new_buffer(f"{hint}~{self._temps}", tuple(shape), order)
+        return self._new_buffer(f"{hint}~{self._temps}", tuple(shape), order, dtype)
 
-    def _new_buffer(self, name: str, shape: tuple[int, ...], order: tuple[int, ...] | None) -> DramTensor:
-        t = DramTensor.dense(name, tuple(shape), self.dtype, 0, order)
-        self.buffers[name] = Buffer(name, max(t.nbytes, self.dtype.size), ACTIVATION)
+    def _new_buffer(self, name: str, shape: tuple[int, ...], order: tuple[int, ...] | None,
+                    dtype: DType | None = None) -> DramTensor:
+        dt = self.dtype if dtype is None else dtype
+        t = DramTensor.dense(name, tuple(shape), dt, 0, order)
+        self.buffers[name] = Buffer(name, max(t.nbytes, dt.size), ACTIVATION)
         return t
 
     # ------------------------------------------------------------------ kernels
 
     def kernel(self, node: Node, kind: str, inputs: tuple[DramTensor, ...], output: DramTensor, attrs=None,
-               epilogue: tuple[EpilogueOp, ...] = (), suffix: str = "") -> Kernel:
+               epilogue: tuple[EpilogueOp, ...] = (), suffix: str = "", dtype: DType | None = None) -> Kernel:
         """A kernel of ``node``, named after its value (the module path the frontend gave it,
         ``layer1.0.conv1``) or ``<op>_<number>`` for a numbered value, plus ``suffix``.  A value
         whose parameters are named ``<number>.weight`` / ``<number>.bias`` is the module of that
@@ -145,4 +176,5 @@ class LowerContext:
         v = node.outputs[0].name
         module = any(x.name.startswith(f"{v}.") for x in node.inputs)
         base = f"{node.op}_{v}" if v.isdigit() and not module else v
-        return Kernel(f"{base}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), self.dtype, (v,))
+        dt = self.dtype if dtype is None else dtype
+        return Kernel(f"{base}{suffix}", kind, tuple(inputs), output, attrs, tuple(epilogue), dt, (v,))

@@ -4,7 +4,8 @@ Every node is checked against the target, in program order:
 
 1. the precision (a float graph on a target without fp16 runs on the CPU);
 2. a lowering rule exists for the op (else a sentence from ``CPU_REASONS``), and its values are
-   float or bool (the NPU holds a float model in fp16 only, booleans as 0/1 masks);
+   float or bool (the NPU holds a float model in fp16 only, booleans as 0/1 masks), or it is
+   integer arithmetic proven to fit int32 (``npuc.lower.rules_int``, ``npuc.lower.int_range``);
 3. the rule's kernels are implemented and each implementation's ``supports`` accepts them.
 
 A node that fails any check runs on the CPU with that reason.  NPU nodes form NPU segments
@@ -41,14 +42,16 @@ from npuc.kir.program import (
     NpuSegment,
     Precision,
 )
-from npuc.kir.storage import layout_name, storage_dtype
+from npuc.kir.storage import IR_OF_ISA, layout_name, storage_dtype
 from npuc.kir.tensor import DramTensor
 from npuc.lower.context import LowerContext, Lowered
 from npuc.lower.cpu_cost import node_flops, node_seconds, segment_seconds
 from npuc.lower.layout import dense_order, image_values, order_of
+from npuc.lower.int_range import range_note
 from npuc.lower.precision import int8_value_reason
 from npuc.lower.rules import CPU_REASONS, RULES, VIEW_OPS
 from npuc.lower.rules_gather import index_operand
+from npuc.lower.rules_int import is_integer_node, lower_int
 from npuc.lower.rules_int8 import quant_macs
 
 NPU, CPU = "npu", "cpu"
@@ -87,6 +90,8 @@ def static_reason(node: Node, precision: Precision, const_values: set[Value]) ->
         return f"{node.op}: no NPU lowering exists for this op"
     if precision.dtype is DType.int8:
         return None
+    if is_integer_node(node):  # proven to fit int32 or not: npuc.lower.rules_int decides
+        return None
     indices = index_operand(node)  # a gather's integer indices are read, not computed
     for v in list(node.inputs) + list(node.outputs):
         if v is indices:
@@ -124,6 +129,22 @@ class _Pass:
         self._materialize()
         return self._build()
 
+    def _with_range_note(self, node: Node, reason: str) -> str:
+        """``reason`` and what the integer range analysis proves about the node's values."""
+        if self.precision.dtype is not DType.fp16 or is_integer_node(node):
+            return reason  # no integer question on this path, or its reason came from the analysis
+        note = range_note(node, self.ctx.int_ranges)
+        return reason if note is None or note in reason else f"{reason}; {note}"
+
+    def _int32_reader(self, node: Node) -> str | None:
+        """Why a non-integer op cannot read an int32 value the NPU computed, or None."""
+        indices = index_operand(node)  # a gather reads int32 indices as they are
+        for v in node.inputs:
+            if v is not indices and self.ctx.is_npu_int32(v):
+                return (f"{node.op} reads %{v.name}, which the NPU holds as int32 (an integer or the mask of an "
+                        "integer comparison); only integer ops and gathers read it there")
+        return None
+
     def _place(self, node: Node) -> None:
         consts = set(self.ctx.const_of)
         reason = self.forced.get(node) or static_reason(node, self.precision, consts)
@@ -131,16 +152,18 @@ class _Pass:
             src = self.producer.get(node.inputs[0])
             if src is not None and self.side.get(src) == CPU:
                 reason = f"a {node.op} of a CPU result stays on the CPU (it costs nothing there)"
+        if reason is None and not is_integer_node(node):
+            reason = self._int32_reader(node)
         chosen = None
         if reason is None:
-            candidates = RULES[node.op](self.ctx, node)
+            candidates = (lower_int if is_integer_node(node) else RULES[node.op])(self.ctx, node)
             if isinstance(candidates, str):
                 reason = candidates
             else:
                 chosen, reason = self._first_accepted(candidates)
         if chosen is None:
             self.side[node] = CPU
-            self.reason[node] = reason or "no lowering was accepted"
+            self.reason[node] = self._with_range_note(node, reason or "no lowering was accepted")
             return
         self.side[node] = NPU
         self.kernels[node] = list(chosen.kernels)
@@ -196,8 +219,8 @@ class _Pass:
                 t = self.ctx.homes.get(v)
                 if t is None or not self._escapes(v) or dense_order(t) is not None:
                     continue
-                dst = self.ctx.temp(f"{v.name}.dense", v.type.shape, order_of(v, self.ctx.images))
-                copy = self.ctx.kernel(node, "copy", (t,), dst, suffix=".dense")
+                dst = self.ctx.temp(f"{v.name}.dense", v.type.shape, order_of(v, self.ctx.images), t.dtype)
+                copy = self.ctx.kernel(node, "copy", (t,), dst, suffix=".dense", dtype=t.dtype)
                 kernels, reason = self.check([copy])
                 if reason:
                     raise _Restart(node, f"its result is a strided view the CPU reads, and {reason}")
@@ -287,7 +310,8 @@ class _Pass:
                 raise CompileError(f"internal error: value %{v.name} crosses segments as a strided view")
             shape = tuple(t.shape[d] for d in order)
             quant = v.type.quant if self.precision.dtype is DType.int8 else None
-            return Home(v.name, t.name, t.addr, shape, self.precision.ir_dtype, layout_name(order), quant)
+            dtype = IR_OF_ISA[t.dtype] if t.dtype is DType.int32 else self.precision.ir_dtype  # int32: rules_int
+            return Home(v.name, t.name, t.addr, shape, dtype, layout_name(order), quant)
         dtype = storage_dtype(v.type.dtype)
         name = v.name
         nbytes = max(v.type.numel, 1) * dtype.itemsize

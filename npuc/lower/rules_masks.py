@@ -9,8 +9,8 @@ mask already is 0/1 floats); a cast of a float to bool is ``x != 0``.
 This is how scaled-dot-product attention's "safe softmax" (``eq(scores, -inf)``, ``logical_not``,
 ``where(all masked, 0, softmax)``) and causal or padding masks stay on the NPU.  What stays on
 the CPU says why: a boolean that is a model input or output (the caller hands and receives real
-bools), comparisons of integer tensors (token ids: the NPU holds only the fp16 values of a float
-model), and logical ops of float operands.
+bools) and logical ops of float operands.  Comparisons of integer tensors (token ids) are
+integer ops (:mod:`npuc.lower.rules_int`), with int32 masks.
 """
 
 from __future__ import annotations

@@ -42,14 +42,14 @@ def canonical(tensors: Sequence[DramTensor], ref: DramTensor) -> list[DramTensor
     return [DramTensor(t.name, tuple(sh), t.dtype, t.addr, tuple(s)) for t, s in zip(tensors, sts)]
 
 
-def dtype_problem(dtype: DType, target: Any, int8: bool = False) -> str | None:
-    """Why a vector kernel cannot compute in ``dtype`` on ``target``, or None (``int8``: the
-    kernel has an int8 form)."""
+def dtype_problem(dtype: DType, target: Any, int8: bool = False, int32: bool = False) -> str | None:
+    """Why a vector kernel cannot compute in ``dtype`` on ``target``, or None (``int8``, ``int32``:
+    the kernel has an int8 / int32 form; the vector unit computes int32 exactly, saturating)."""
     if dtype is DType.fp16:
         if not target.has_fp16:
             return f"target '{target.name}' has no fp16 vector arithmetic"
         return None
-    if dtype is DType.int8 and int8:
+    if (dtype is DType.int8 and int8) or (dtype is DType.int32 and int32):
         return None
     return f"this kernel has no {dtype.name} form (fp16{' and int8' if int8 else ''} only)"
 

@@ -79,7 +79,8 @@ class EltwiseKernel:
         for t in kernel.tensors():
             if t.shape != kernel.output.shape:
                 return f"tensor {t.name} has shape {list(t.shape)}, not the output's {list(kernel.output.shape)}"
-        return dtype_problem(kernel.dtype, target, int8=True) or epilogue_supports(kernel.epilogue, kernel.dtype, target)
+        return (dtype_problem(kernel.dtype, target, int8=True, int32=True)
+                or epilogue_supports(kernel.epilogue, kernel.dtype, target))
 
     def plan(self, kernel: Kernel, target) -> Plan:
         k = _canonical_kernel(kernel)

@@ -125,7 +125,7 @@ class GatherKernel:
             return f"gather from a table of {t} rows of {b}: more than {MAX_COUNT} elements a row"
         if a.size < 1 or a.scale < 1 or a.scale * (a.size - 1) >= t:
             return f"gather of a dim of {a.size} with a stride of {a.scale} rows leaves the table of {t} rows"
-        problem = dtype_problem(kernel.dtype, target, int8=True)
+        problem = dtype_problem(kernel.dtype, target, int8=True, int32=True)  # rows copied bit for bit
         if problem:
             return problem
         in_spad, in_dram = _spad_table_problem(kernel, target), _dram_table_problem(kernel, target)

@@ -71,6 +71,7 @@ class _MaskKernel:
     kind = ""
     arity = 0
     direct: int | None = None
+    int32 = False  # whether the kind has an int32 form
 
     def supports(self, kernel: Kernel, target) -> str | None:
         if len(kernel.inputs) != self.arity:
@@ -80,7 +81,7 @@ class _MaskKernel:
         for t in kernel.tensors():
             if t.shape != kernel.output.shape:
                 return f"tensor {t.name} has shape {list(t.shape)}, not the output's {list(kernel.output.shape)}"
-        return dtype_problem(kernel.dtype, target, int8=True)
+        return dtype_problem(kernel.dtype, target, int8=True, int32=self.int32)
 
     @staticmethod
     def _canonical(kernel: Kernel) -> Kernel:
@@ -158,6 +159,7 @@ class CompareKernel(_MaskKernel):
 
     kind = "compare"
     arity = 2
+    int32 = True  # integers (npuc.lower.rules_int): VCMP int32 gives a 0/1 int32 mask
 
     def supports(self, kernel: Kernel, target) -> str | None:
         a = kernel.attrs
