@@ -28,6 +28,14 @@ from npuc.targets import Target
 WEIGHT_ORDER = (2, 3, 1, 0)
 
 
+def _strides(t, es: int) -> tuple[int, ...]:
+    """``t``'s strides, a single channel's stride read as the element size: a dim of size 1 is
+    never stepped, so a one-channel tensor is channels-last whatever its strides say (the raw
+    audio of a 1-D convolution, a grey image)."""
+    st = t.strides
+    return (st[0], es, st[2], st[3]) if t.shape[1] == 1 else st
+
+
 def conv_problem(k: Kernel) -> ArrayProblem:
     """The array problem of a conv2d kernel: one batch per (group, image)."""
     x, w = k.inputs[:2]
@@ -39,7 +47,8 @@ def conv_problem(k: Kernel) -> ArrayProblem:
     og = o // g
     oh, ow = out.shape[2], out.shape[3]
     batches = [(gi, ni) for gi in range(g) for ni in range(n)]
-    xs, ws, os_ = x.strides, w.strides, out.strides
+    es = k.dtype.size
+    xs, ws, os_ = _strides(x, es), w.strides, _strides(out, es)
     operands = []
     for e in k.epilogue:
         if e.operand is None:
@@ -87,7 +96,7 @@ class Conv2dOnArray:
         if groups > 1 and w.shape[1] == 1 and w.shape[0] == groups:
             return "a depthwise convolution runs on the vector unit (kind depthwise_conv2d)"
         es = k.dtype.size
-        if x.strides[1] != es or k.output.strides[1] != es:
+        if _strides(x, es)[1] != es or _strides(k.output, es)[1] != es:
             return "conv2d needs its input and output channels-last (channel stride = element size)"
         return epilogue_supports(k.epilogue, k.dtype, target, int8_adds=True)
 
