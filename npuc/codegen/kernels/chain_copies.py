@@ -187,13 +187,7 @@ def _elide_load(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
     readers = _readers_until_dead(steps, c, dst, dst + n, (src, src + n))
     if readers is None:
         return False
-    moved = [_moved(steps[i], dst, dst + n, src - dst) for i in readers]
-    if any(m is None for m in moved):
-        return False
-    for i, m in zip(readers, moved):
-        steps[i] = m
-    steps[c] = None
-    return True
+    return _move_and_drop(steps, c, readers, dst, dst + n, src - dst)
 
 
 def _elide_store(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
@@ -212,10 +206,16 @@ def _elide_store(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
             break
     else:
         return False
-    moved = [_moved(steps[i], src, src + n, dst - src) for i in producers]
+    return _move_and_drop(steps, c, producers, src, src + n, dst - src)
+
+
+def _move_and_drop(steps: list[Step], c: int, moving: list[int], lo: int, hi: int, delta: int) -> bool:
+    """Move the accesses of steps ``moving`` within [lo, hi) by ``delta`` and drop the copy at
+    ``c``; nothing changes (False) when any of those steps cannot be moved."""
+    moved = [_moved(steps[i], lo, hi, delta) for i in moving]
     if any(m is None for m in moved):
         return False
-    for i, m in zip(producers, moved):
+    for i, m in zip(moving, moved):
         steps[i] = m
     steps[c] = None
     return True

@@ -252,12 +252,12 @@ def _qconv2d_infer(ins, a: QConv2dAttrs):
     return (quant_type((n, o, oh, ow), a.out_scale, a.out_zero_point),)
 
 
-def _requantize_channels(acc: np.ndarray, types, w: TensorType, a, channel_axis: int) -> torch.Tensor:
-    """int32 accumulators -> int8 outputs, one multiplier per output channel (``channel_axis``)."""
-    o = w.shape[0]
-    mults, shifts = arith.channel_multipliers(act_params(types[0])[0], weight_scales(w, o), a.out_scale)
+def _requantize_channels(acc: np.ndarray, types, w_scales, a, channel_axis: int) -> torch.Tensor:
+    """int32 accumulators -> int8 outputs, one multiplier per output channel (``channel_axis``),
+    from the input scale and ``w_scales`` (one weight scale per output channel)."""
+    mults, shifts = arith.channel_multipliers(act_params(types[0])[0], w_scales, a.out_scale)
     shape = [1] * acc.ndim
-    shape[channel_axis] = o
+    shape[channel_axis] = len(mults)
     out = arith.requantize(arith.wrap32(acc), mults.reshape(shape), shifts.reshape(shape),
                            a.out_zero_point, a.qmin, a.qmax)
     return _i8(out)
@@ -273,7 +273,8 @@ def _qconv2d_ref(ins, types, a: QConv2dAttrs):
     x = _centered(ins[0], zx)  # zero padding of x - zx is padding x with zx
     bias = ins[2].to(torch.float64) if len(ins) == 3 else None
     acc = F.conv2d(x, ins[1].to(torch.float64), bias, a.stride, a.padding, a.dilation, a.groups)
-    return (_requantize_channels(acc.round().numpy().astype(np.int64), types, types[1], a, 1),)
+    w = types[1]
+    return (_requantize_channels(acc.round().numpy().astype(np.int64), types, weight_scales(w, w.shape[0]), a, 1),)
 
 
 register(
@@ -380,12 +381,7 @@ def _qconv_t_ref(ins, types, a: QConvTranspose2dAttrs):
     bias = ins[2].to(torch.float64) if len(ins) == 3 else None
     acc = F.conv_transpose2d(_centered(ins[0], zx), ins[1].to(torch.float64), bias, a.stride, a.padding,
                              a.output_padding, a.groups, a.dilation).round().numpy().astype(np.int64)
-    mults, shifts = arith.channel_multipliers(act_params(types[0])[0], transposed_weight_scales(types[1], a.groups),
-                                              a.out_scale)
-    shape = (1, acc.shape[1], 1, 1)
-    out = arith.requantize(arith.wrap32(acc), mults.reshape(shape), shifts.reshape(shape), a.out_zero_point,
-                           a.qmin, a.qmax)
-    return (_i8(out),)
+    return (_requantize_channels(acc, types, transposed_weight_scales(types[1], a.groups), a, 1),)
 
 
 register(
@@ -437,7 +433,9 @@ def _qlinear_ref(ins, types, a: QLinearAttrs):
     _, zx = act_params(types[0])
     bias = ins[2].to(torch.float64) if len(ins) == 3 else None
     acc = F.linear(_centered(ins[0], zx), ins[1].to(torch.float64), bias)
-    return (_requantize_channels(acc.round().numpy().astype(np.int64), types, types[1], a, acc.dim() - 1),)
+    w = types[1]
+    return (_requantize_channels(acc.round().numpy().astype(np.int64), types, weight_scales(w, w.shape[0]), a,
+                                 acc.dim() - 1),)
 
 
 register(

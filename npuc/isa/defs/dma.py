@@ -236,7 +236,6 @@ def _decode_actions(a, target, regions):
 
 
 def _decode(st, a, regions) -> None:
-    from npuc.errors import SimulationError
     from npuc.isa.weight_codec import WeightStreamError, decode
 
     stream, out = regions
