@@ -66,7 +66,8 @@ def loop_values(draw):
         r = draw(st.integers(1, body - i))
         d = draw(st.integers(1, max(1, (body - 1 - i) // max(1, r - 1))))
         values.update({f"i{k}": i, f"r{k}": r, f"d{k}": d, f"f{k}": draw(st.integers(0, 31)),
-                       f"p{k}": draw(st.sampled_from([0, *range(2, MAX_PERIOD + 1)])),
+                       f"p{k}": (p := draw(st.sampled_from([0, *range(2, MAX_PERIOD + 1)]))),
+                       f"ph{k}": draw(st.integers(0, max(0, p - 1))),
                        f"s{k}": draw(st.integers(-(1 << 31), (1 << 31) - 1).filter(bool))})
     return values
 
