@@ -24,7 +24,7 @@ from typing import Sequence
 from npuc.errors import CompileError
 from npuc.isa.instr import Instr
 from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr, slot_offset
+from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr, slot_offset, strides
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -214,12 +214,12 @@ def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tup
         tried += 1
         found = _run(units, u, v - u)
         if found is not None:
-            count, strides = found
+            count, slots = found
             lo, hi = units.span(u, v - u)
             saving = (count - 1) * (hi - lo) - 1
             # the innermost period first: outer passes nest it into the larger ones
             if saving > 0 and (best is None or saving > PREFER * best[0]):
-                best = (saving, v - u, count, strides)
+                best = (saving, v - u, count, slots)
         v = nxt[v]
     return best
 
@@ -256,14 +256,31 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
             out_labels += labels[lo:hi]
             u += 1
             continue
-        _, period, count, strides = best
+        _, period, count, slots = best
         lo, hi = units.span(u, period)
-        out.append(loop_instr(count, hi - lo, strides))
+        body, body_labels = instrs[lo:hi], labels[lo:hi]
+        nested = _nested_run(body, body_labels, count, slots)
+        if nested is not None:
+            body, body_labels, slots = nested
+        out.append(loop_instr(count, len(body), slots))
         out_labels.append(labels[lo])
-        out += instrs[lo:hi]
-        out_labels += labels[lo:hi]
+        out += body
+        out_labels += body_labels
         u += period * count
     return out, out_labels
+
+
+NEST_FROM = 4  # body instructions from which a found run's body is rerolled on its own
+
+
+def _nested_run(body: list[Instr], labels: list[str], count: int, slots: tuple[Slot, ...]):
+    """(body, labels, slots) of a run with its flat body's own repetitions rerolled inside it
+    (the tiles of a layer repeat at two levels: reduction blocks inside output tiles), or None
+    when the body has none, or has LOOPs already (an outer pass nests those)."""
+    if len(body) < NEST_FROM or any(i.op == "LOOP" for i in body):
+        return None
+    nested = _nested_body(body, labels, list(strides(loop_instr(count, len(body), slots))))
+    return nested or None
 
 
 # ------------------------------------------------------------------------------ known loops
