@@ -289,11 +289,11 @@ _LAYOUT: dict[int, tuple] = {}
 
 def _layout(opcode: int) -> tuple | None:
     """(definition, mask length bits, (bits, short bits) per field) of an opcode, or None."""
+    d = def_by_opcode(opcode)
+    if d is None:
+        return None
     hit = _LAYOUT.get(opcode)
-    if hit is None:
-        d = def_by_opcode(opcode)
-        if d is None:
-            return None
+    if hit is None or hit[0] is not d:
         hit = _LAYOUT[opcode] = (d, _len_bits(d), tuple((f.bits, _short_bits(f)) for f in d.fields))
     return hit
 

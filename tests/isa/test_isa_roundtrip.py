@@ -122,6 +122,19 @@ def test_program_roundtrip(data):
     assert p2.encode() == raw
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_phase_scan_walks_every_instruction_length(data):
+    # uses_loop_phases finds instruction boundaries without decoding: over any stream of
+    # instructions (LOOPs with and without phases among them) it answers what decoding would
+    from npuc.isa.encoding import uses_loop_phases
+    from npuc.isa.loops import uses_phase
+
+    kinds = data.draw(st.lists(st.sampled_from([d for d in DEFS if d.name != "END"]), min_size=1, max_size=10))
+    seq = [data.draw(instrs(d)) for d in kinds]
+    assert uses_loop_phases(encode_program(seq)) == uses_phase(seq)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=256))
 def test_decode_rejects_garbage_with_binary_format_error_only(data):
