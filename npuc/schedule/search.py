@@ -189,6 +189,7 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
         t = replace(t, w_slots=n_w)
     if n_x > 2 and fp.spad(replace(t, x_slots=n_x)) <= size:
         t = replace(t, x_slots=n_x)
+    t = _per_block_buffers(p, t, size, fp, n_w, n_x)
     if n_w == 1:
         t = replace(t, w_slots=1)
     n_c = len(blocks(p.c, t.tc))
@@ -198,6 +199,26 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
         t = replace(t, wide_weights=True, w_slots=n_c)
     if n_x == 1:
         t = replace(t, x_slots=1)
+    return t
+
+
+def _per_block_buffers(p: ArrayProblem, t: ArrayTiling, size: int, fp, n_w: int, n_x: int) -> ArrayTiling:
+    """When the operand the loop order reuses is not resident whole, hold one reuse's worth of
+    it: every reduction block of one output-channel block's weights (``n_outer``: the weights
+    are then read once, the input once per channel block) or of one input tile (``m_outer``:
+    the input is read once), plus one buffer so that the next block loads beside the compute."""
+    n_c = len(blocks(p.c, t.tc))
+    if n_c < 2:
+        return t
+    if t.order == "n_outer" and t.w_slots < n_w:
+        field = "w_slots"
+    elif t.order == "m_outer" and t.x_slots < n_x and t.band_rows == t.th:
+        field = "x_slots"
+    else:
+        return t
+    for slots in (n_c + 1, n_c):
+        if slots > getattr(t, field) and fp.spad(replace(t, **{field: slots})) <= size:
+            return replace(t, **{field: slots})
     return t
 
 
