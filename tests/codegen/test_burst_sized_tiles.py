@@ -73,3 +73,15 @@ def test_int8_avg_pool_in_column_tiles_is_exact(include, ceil):
     run = run_kernel(kernel, U55, {"x": x, "r": recs})
     assert "columns" in run.plan.summary, run.plan.summary
     np.testing.assert_array_equal(run.output, ref.reshape(run.output.shape))
+
+
+@pytest.mark.parametrize("target,c,hw,stride", [(U55, 32, 40, 1), (U65, 32, 40, 1), (U65, 96, 41, 2)],
+                         ids=["u55-32-s1", "u65-32-s1", "u65-96-s2"])
+def test_int8_depthwise_in_column_tiles_is_exact_and_reads_less(target, c, hw, stride):
+    """A tile of every column holds one output row beside its three input rows here; column
+    tiles of more rows read each input row about once."""
+    from tests.codegen.test_int8_kernels import conv_case
+
+    run = conv_case(target, 1, c, hw, hw, c, 3, stride=stride, pad=1, groups=c, seed=2)  # bit-exact
+    assert "columns" in run.plan.summary, run.plan.summary
+    assert run.result.dram_bytes_read < 1.5 * c * hw * hw

@@ -140,6 +140,25 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
                buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)
 
 
+def column_tilings(fits: Callable[[int, int], int], budget: int, rows_limit: int, width: int,
+                   read: Callable[[int, int], float]) -> list[tuple[int, int]]:
+    """(rows, columns) of output tiles cut into balanced column tiles (two or more), for each
+    number of column tiles the one with the most rows that ``fits(rows, cols) <= budget``; the
+    best by ``read(rows, cols)`` (input read per output pixel: the windows' overlap) first.
+    Empty when no tile fits."""
+    out: list[tuple[float, int, int, int]] = []
+    for parts in range(2, width + 1):
+        cols = -(-width // parts)
+        if -(-width // (parts - 1)) == cols:
+            continue
+        rows = largest_fitting(lambda r: fits(r, cols), budget, rows_limit)
+        if rows:
+            out.append((read(rows, cols), parts, rows, cols))
+        if rows >= rows_limit:
+            break
+    return [(r, c) for _, _, r, c in sorted(out)]
+
+
 def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int, b: Any = None) -> None:
     """Emit ``n`` tiles that rotate through ``sets`` buffer sets, software-pipelined.
 

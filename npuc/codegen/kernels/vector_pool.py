@@ -188,7 +188,7 @@ class PoolKernel:
         return None
 
     def plan(self, kernel: Kernel, target) -> Plan:
-        x, out = kernel.inputs[0], kernel.output
+        x = kernel.inputs[0]
         n, c, h, w = x.shape
         es = kernel.dtype.size
         budget = target.scratchpad.size_bytes // NSETS
