@@ -222,6 +222,24 @@ def _per_block_buffers(p: ArrayProblem, t: ArrayTiling, size: int, fp, n_w: int,
     return t
 
 
+def shorter_variant(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling | None:
+    """An ``n_outer`` tiling whose weight blocks of every reduction block do not fit beside its
+    input tiles, with shorter row tiles until they do (halving ``th`` at most three times): the
+    weights are then read once instead of once per output tile.  None when nothing changes."""
+    n_c = len(blocks(p.c, t.tc))
+    if t.order != "n_outer" or n_c < 2 or t.w_slots >= n_c or t.unfold:
+        return None
+    th = t.th
+    for _ in range(3):
+        th = max(1, th // 2)
+        v = _with_buffers(target, p, replace(t, th=th, band=0, x_slots=2, w_slots=2))
+        if v.w_slots >= n_c:
+            return v
+        if th == 1:
+            break
+    return None
+
+
 def tail_variants(target: Target, p: ArrayProblem, t: ArrayTiling) -> list[ArrayTiling]:
     """``t`` with its last output tile cut into narrower channel tiles (``tail_cols``: one or
     two units of the array's columns and a DRAM burst's elements, so that the tail's stores
@@ -283,14 +301,26 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     return hit
 
 
+def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling]):
+    """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
+    ``shorter_variant`` when it has one."""
+    for t in sweep:
+        t = _with_buffers(target, p, t)
+        yield t
+        v = shorter_variant(target, p, t)
+        if v is not None:
+            yield v
+
+
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     ranked: list[tuple] = []
     smallest: tuple[int, int] | None = None
     for sweep in (candidates, part_burst_candidates, small_candidates):
-        for t in sweep(target, p):
-            if not _expressible(t):
+        seen: set[ArrayTiling] = set()
+        for t in _with_shorter(target, p, sweep(target, p)):
+            if not _expressible(t) or t in seen:
                 continue
-            t = _with_buffers(target, p, t)
+            seen.add(t)
             fp = footprint(p, t)
             spad, acc = fp.spad(t), fp.acc
             if smallest is None or (spad, acc) < smallest:
