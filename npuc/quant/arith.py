@@ -202,20 +202,17 @@ def plan_qadd(
 
 
 def run_qadd(a: np.ndarray, b: np.ndarray, plan: AddPlan) -> np.ndarray:
-    """``qadd`` as the vector unit runs it (operands broadcast against each other):
+    """``qadd`` as the vector unit runs it, one ``QADD`` instruction (operands broadcast against
+    each other; :func:`npuc.isa.numerics.quantized_add`, the function the simulator runs):
 
-    1. widen a and b to int32 (VCVT);
-    2. subtract the zero points (VUN adds -za, -zb);
-    3. multiply by the integer factors (VUN muls fa, fb);
-    4. add (VBIN add, int32);
-    5. REQUANT with (multiplier, shift), out zero point, [qmin, qmax].
+    1. subtract the zero points from a and b (int32);
+    2. multiply by the integer factors (int32, saturated);
+    3. add (int32, saturated);
+    4. requantize with (multiplier, shift), out zero point, [qmin, qmax].
     """
-    a32 = sat32(np.asarray(a, dtype=np.int64))
-    b32 = sat32(np.asarray(b, dtype=np.int64))
-    a32 = sat32(sat32(a32 - plan.a_zero_point) * plan.a_factor)
-    b32 = sat32(sat32(b32 - plan.b_zero_point) * plan.b_factor)
-    acc = sat32(a32 + b32)
-    return requantize(acc, plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    return numerics.quantized_add(a, b, plan.a_zero_point, plan.a_factor, plan.b_zero_point, plan.b_factor,
+                                  plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
 
 
 # ------------------------------------------------------------------------------------ qmul
