@@ -7,14 +7,15 @@ that rotate through three buffer sets (software-pipelined: loads of the next til
 of the previous one overlap the vector work on this one).
 
 ``qbinary`` (inputs a, b and the int32 REQUANT record ``[1, 2]``; ``QuantAttrs.in_zero_points``
-= (za, zb), ``factors`` = (fa, fb) for an add) runs the steps of ``npuc.quant.arith.run_qadd`` /
-``run_qmul`` exactly, each an instruction that saturates to int32 as the reference does:
+= (za, zb), ``factors`` = (fa, fb) for an add) runs ``npuc.quant.arith.run_qadd`` /
+``run_qmul`` exactly:
 
-1. VCVT int8 -> int32 of each operand (a broadcast operand is loaded once per tile row or
-   column and widened with zero strides);
-2. VUN adds -z of each operand, then (add) VUN muls by its factor;
-3. VBIN add (qadd) or mul (qmul) in int32;
-4. REQUANT with the record, the output zero point and the clamp.
+- qadd: one QADD per tile (zero points, factors, the record, the output zero point and the
+  clamp in its fields; a broadcast operand is loaded once per tile row or column and read with
+  zero strides), int8 in, int8 out, no int32 buffer;
+- qmul: each step an instruction that saturates to int32 as the reference does: VCVT int8 ->
+  int32 of each operand, VUN adds -z of each, VBIN mul in int32, REQUANT with the record, the
+  output zero point and the clamp.
 
 ``lut`` (inputs x and the 256-byte int8 table) is one LUT instruction per tile, in place; the
 table is loaded once.
@@ -125,13 +126,21 @@ class QBinaryKernel:
             return f"qadd factors must be positive and below 2^24 (exact fp32 immediates), got {list(q.factors)}"
         return zero_point_problem(k)
 
-    def _set_bytes(self, rows: int, cols: int) -> int:
-        n = rows * cols
-        return 3 * _r(n) + 2 * _r(4 * n)  # a, b, out (int8); a and b widened (int32)
+    @staticmethod
+    def _wide(k: Kernel) -> bool:
+        """Whether the op runs in int32 steps (qmul) rather than as one QADD."""
+        return k.attrs.op != "add"
+
+    def _set_bytes(self, k: Kernel):
+        def set_bytes(rows: int, cols: int) -> int:
+            n = rows * cols  # a, b, out (int8); qmul: a and b widened (int32)
+            return 3 * _r(n) + (2 * _r(4 * n) if self._wide(k) else 0)
+        return set_bytes
 
     def plan(self, k: Kernel, target) -> Plan:
-        p = _tiling(k, target, 2, self._set_bytes)
-        summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, int32 steps then REQUANT"
+        p = _tiling(k, target, 2, self._set_bytes(k))
+        how = "int32 steps then REQUANT" if self._wide(k) else "QADD"
+        summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, {how}"
         return tile_plan(summary, self.program(k, p, target), target)
 
     def emit(self, k: Kernel, plan: Plan, em) -> None:
@@ -145,10 +154,10 @@ class QBinaryKernel:
         rec = k.inputs[2]
         bld.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=record, n0=2)
         n = p.tile_rows * p.tile_cols
+        wide = (("a32", 4 * n), ("b32", 4 * n)) if self._wide(k) else ()
         sets = [tuple(bld.alloc(sz, f"{what} {i}") for what, sz in
-                      (("a", n), ("b", n), ("out", n), ("a32", 4 * n), ("b32", 4 * n))) for i in range(NSETS)]
+                      (("a", n), ("b", n), ("out", n), *wide)) for i in range(NSETS)]
         grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
-        q = k.quant
         pending: dict[int, tuple[Tile, Tile]] = {}
 
         def fetch(i: int) -> None:
@@ -159,24 +168,45 @@ class QBinaryKernel:
 
         def compute(i: int) -> None:
             _, nr, _, nc = grid[i]
-            _, _, obuf, a32, b32 = sets[i % NSETS]
             ta, tb = pending.pop(i)
-            wide = []
-            for t, buf, z, j in ((ta, a32, q.in_zero_points[0], 0), (tb, b32, q.in_zero_points[1], 1)):
-                w = Tile(buf, nr, nc, DType.int32)
-                _widen(bld, t, w)
-                if z:
-                    emit_vun(bld, w, "adds", float(-z))
-                if q.factors:
-                    emit_vun(bld, w, "muls", float(q.factors[j]))
-                wide.append(w)
-            emit_vbin(bld, wide[0], k.attrs.op, wide[0], wide[1])
-            o = Tile(obuf, nr, nc, DType.int8)
-            emit_bias_requant(bld, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
+            o = Tile(sets[i % NSETS][2], nr, nc, DType.int8)
+            if self._wide(k):
+                _int32_steps(bld, k, ta, tb, o, sets[i % NSETS][3:], record)
+            else:
+                _qadd(bld, k, ta, tb, o, record)
             store_pieces(bld, o, _block(out, p, grid, i))
 
         pipeline(len(grid), fetch, compute, NSETS, bld)
         return bld.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
+
+
+def _qadd(em, k: Kernel, ta: Tile, tb: Tile, o: Tile, record: int) -> None:
+    """QADD of the int8 tiles ``ta`` and ``tb`` (zero strides broadcast) into ``o``."""
+    q = k.quant
+    for r0 in range(0, o.rows, MAX_COUNT):
+        n1 = min(MAX_COUNT, o.rows - r0)
+        ops = {}
+        for prefix, t in (("dst", o), ("a", ta), ("b", tb)):
+            ops.update({prefix: t.addr + r0 * t.s1, f"{prefix}_s0": t.s0 if o.cols > 1 else 0,
+                        f"{prefix}_s1": t.s1 if n1 > 1 else 0})
+        em.emit("QADD", n0=o.cols, n1=n1, **ops, za=q.in_zero_points[0], fa=q.factors[0],
+                zb=q.in_zero_points[1], fb=q.factors[1], qparams=record, zp=q.out_zero_point, qmin=q.qmin, qmax=q.qmax)
+
+
+def _int32_steps(em, k: Kernel, ta: Tile, tb: Tile, o: Tile, bufs, record: int) -> None:
+    """qmul: widen both operands into ``bufs`` (int32), less their zero points, VBIN mul,
+    REQUANT into ``o``."""
+    q = k.quant
+    wide = []
+    for t, buf, z in zip((ta, tb), bufs, q.in_zero_points):
+        w = Tile(buf, o.rows, o.cols, DType.int32)
+        _widen(em, t, w)
+        if z:
+            emit_vun(em, w, "adds", float(-z))
+        wide.append(w)
+    emit_vbin(em, wide[0], k.attrs.op, wide[0], wide[1])
+    emit_bias_requant(em, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
+
 
 def _load(em, pieces, nr: int, nc: int, addr: int, capacity: int) -> Tile:
     """An operand block with the fewest bytes (zero strides where it broadcasts)."""
