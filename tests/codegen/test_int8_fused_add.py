@@ -14,6 +14,7 @@ from torch import nn
 
 from npuc.artifact import compile_graph, quantized_graph
 from npuc.interp import interpret
+from npuc.isa.loops import expand
 from npuc.kir.kernel import qadd_step
 from npuc.kir.text import parse_kernel, print_kernel
 from npuc.lower.fusion import fuse
@@ -105,3 +106,17 @@ def test_a_residual_qadd_fuses_into_a_gemm_bit_exactly():
     assert art.report.kernels == 2, art.report.explain()
     got, want = art.run(x)[0], interpret(g, x)[0]
     assert torch.equal(got, want)
+
+
+def test_the_fused_add_is_one_qadd_per_tile_and_no_int32_steps():
+    torch.manual_seed(0)
+    m = Residual(16, 16).eval()
+    x = torch.randn(1, 16, 8, 8)
+    tgt = load_target("npu-mid")
+    art = compile_graph(_quantized(m, x, tgt), tgt, quantize="int8")
+    ops = [i for prog in art.programs for i in expand(list(prog.instrs))[0]]
+    qadds = [i for i in ops if i.op == "QADD"]
+    assert qadds, "the fused residual add emits QADD"
+    assert not [i for i in ops if i.op == "VCVT" and i.args.src_dtype.name == "int8"]  # nothing widened
+    assert not [i for i in ops if i.op == "VUN" and i.args.op.name == "muls"]
+    assert sum(i.args.n0 * i.args.n1 for i in qadds) == 16 * 8 * 8  # each element added once
