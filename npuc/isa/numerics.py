@@ -107,6 +107,17 @@ def quantized_add(
     return requantize(saturate_int32(x + y), np.int64(multiplier), np.int64(shift), zero_point, qmin, qmax)
 
 
+def quantized_mul(
+    a: np.ndarray, b: np.ndarray, a_zero_point: int, b_zero_point: int,
+    multiplier: int, shift: int, zero_point: int, qmin: int, qmax: int,
+) -> np.ndarray:
+    """The requantizing multiply of two int8 arrays (``QMUL``): the product of the operands less
+    their zero points, saturated to int32, then :func:`requantize`."""
+    x = saturate_int32(a.astype(np.int64) - a_zero_point)
+    y = saturate_int32(b.astype(np.int64) - b_zero_point)
+    return requantize(saturate_int32(x * y), np.int64(multiplier), np.int64(shift), zero_point, qmin, qmax)
+
+
 # --------------------------------------------------------------------------- activations
 _SQRT1_2 = np.float32(0.7071067811865476)
 

@@ -243,12 +243,12 @@ def plan_qmul(
 
 
 def run_qmul(a: np.ndarray, b: np.ndarray, plan: MulPlan) -> np.ndarray:
-    """``qmul`` as the vector unit runs it: widen (VCVT), subtract the zero points (VUN adds),
-    multiply (VBIN mul, int32), REQUANT."""
-    a32 = sat32(np.asarray(a, dtype=np.int64) - plan.a_zero_point)
-    b32 = sat32(np.asarray(b, dtype=np.int64) - plan.b_zero_point)
-    acc = sat32(a32 * b32)
-    return requantize(acc, plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
+    """``qmul`` as the vector unit runs it, one ``QMUL`` instruction
+    (:func:`npuc.isa.numerics.quantized_mul`): subtract the zero points, multiply (int32),
+    requantize."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    return numerics.quantized_mul(a, b, plan.a_zero_point, plan.b_zero_point, plan.multiplier, plan.shift,
+                                  plan.out_zero_point, plan.qmin, plan.qmax)
 
 
 # ------------------------------------------------------------------------- averages (pool, mean)

@@ -1,6 +1,7 @@
-"""QADD, the requantizing int8 add: bit for bit the integer reference (``arith.run_qadd``) and
-the nine lane-op sequence it replaces (VCVT, VUN adds/muls, VBIN add, REQUANT), saturation
-included; broadcasting, in place, its timing from the definition and its checks."""
+"""QADD and QMUL, the requantizing int8 add and multiply: bit for bit the integer references
+(``arith.run_qadd``, ``run_qmul``) and the instruction sequences they replace (VCVT, VUN, VBIN,
+REQUANT), saturation included; broadcasting, in place, timing and energy from the definition,
+and their checks."""
 
 from __future__ import annotations
 
@@ -119,3 +120,30 @@ def test_qadd_refuses_an_invalid_record():
 def test_qadd_refuses_an_operand_in_the_accumulator():
     with pytest.raises(Exception, match="operand 'a' is in ACC"):
         assemble("QADD n0=4 dst=0 a_space=acc a=0 b=0x100 fa=1 fb=1 qparams=0x200\nEND")
+
+
+def test_qmul_equals_the_reference_and_the_instruction_sequence():
+    rng = np.random.default_rng(7)
+    rows, cols = 4, 32
+    a = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+    b = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+    a[0, :3], b[0, :3] = [-128, 127, -128], [-128, 127, 127]
+    p = arith.plan_qmul((0.04, 11), (0.02, -9), (0.05, 4))
+    image = _image(a, b, p.multiplier, p.shift)
+    n = rows * cols
+    head = [f"DMA_LOAD esize=1 dram_addr={A} local_addr=0 n0={n}", f"DMA_LOAD esize=1 dram_addr={B} local_addr=0x100 n0={n}",
+            f"DMA_LOAD esize=4 dram_addr={REC} local_addr=0x300 n0=2 signal=vector"]
+    clamp = f"zp={p.out_zero_point} qmin={p.qmin} qmax={p.qmax}"
+    qmul = head + [f"QMUL n0={n} dst=0x200 a=0 b=0x100 za={p.a_zero_point} zb={p.b_zero_point} qparams=0x300 {clamp} "
+                   "wait=load signal=store"]
+    seq = head + [f"VCVT src_dtype=int8 dst_dtype=int32 n0={n} src=0 dst=0x2000 wait=load",
+                  f"VUN op=adds dtype=int32 n0={n} src=0x2000 dst=0x2000 imm0={float(-p.a_zero_point)}",
+                  f"VCVT src_dtype=int8 dst_dtype=int32 n0={n} src=0x100 dst=0x3000",
+                  f"VUN op=adds dtype=int32 n0={n} src=0x3000 dst=0x3000 imm0={float(-p.b_zero_point)}",
+                  f"VBIN op=mul dtype=int32 n0={n} dst=0x2000 a=0x2000 b=0x3000",
+                  f"REQUANT n0={n} src=0x2000 dst=0x200 qparams=0x300 {clamp} signal=store"]
+    tail = [f"DMA_STORE esize=1 dram_addr={OUT} local_addr=0x200 n0={n} wait=vector", "END"]
+    got = get(simulate(assemble("\n".join(qmul + tail)), MID, image).dram, OUT, np.int8, (rows, cols))
+    want = get(simulate(assemble("\n".join(seq + tail)), MID, image).dram, OUT, np.int8, (rows, cols))
+    np.testing.assert_array_equal(got, arith.run_qmul(a, b, p))
+    np.testing.assert_array_equal(got, want)
