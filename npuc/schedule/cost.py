@@ -98,9 +98,8 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     for e in p.epilogue:
         q = qadd_step(e)
         if q is not None:  # a fused residual qadd: its instructions, timed one by one
-            acc, spad = Block("acc", 0, 4, tn * 4), Block("spad", 0, 4, tn * 4)
             total += sum(instr_cycles(target, op, f) for op, f in qadd_instrs(
-                q, m, tn, Block("spad", 0, 1, tn), acc, Block("spad", 0, 1, tn), spad, 0))
+                q, m, tn, Block("spad", 0, 1, tn), Block("spad", 0, 1, tn), 0))
         elif e.op in UNARY_EPILOGUE_OPS:
             name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
             name = name if name in UnOp.__members__ else "copy"
