@@ -76,7 +76,10 @@ class OnChip:
 
 
 class _Counter:
-    """An emitter that only counts: the DMAs' bytes per tensor (ranges of the synthetic placement)."""
+    """An emitter that only counts: the DMAs' bytes per tensor (ranges of the synthetic placement).
+    ``moves_only``: the array engine gives it its transfers without the array's instructions."""
+
+    moves_only = True
 
     def __init__(self, target: Any, ranges: list[tuple[int, int, str]], bursts: dict[str, int]) -> None:
         self.target = target
