@@ -275,9 +275,13 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
 
 
 def clear_memo() -> None:
-    """Forget every memoised choice and price (a benchmark timing a compile from scratch)."""
+    """Forget every memoised choice and price, and the instruction times behind them (a
+    benchmark timing a compile from scratch)."""
+    from npuc.schedule import cost
+
     _MEMO.clear()
     _PRICES.clear()
+    cost._table.cache_clear()
 
 
 class Prices:
