@@ -492,11 +492,12 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict
     comp = epi = store = 0
     ox0 = xs[len(xs) // 2][0]
     ths = Counter(r.th for r in rts)
+    tws, tns, tcs = (sorted(Counter(b[1] for b in bs).items()) for bs in (xs, ns, cs))
     for th, ny in sorted(ths.items()):
         r = next(r for r in rts if r.th == th)
-        for tw, nx in sorted(Counter(b[1] for b in xs).items()):
-            for tn, nn in sorted(Counter(b[1] for b in ns).items()):
-                for tc, nc in sorted(Counter(b[1] for b in cs).items()):
+        for tw, nx in tws:
+            for tn, nn in tns:
+                for tc, nc in tcs:
                     s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, tc, True, True, r.y0, r.bh)
                     comp += ny * nx * nn * nc * costs.compute(s)[0]
                 s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True, r.y0, r.bh)
