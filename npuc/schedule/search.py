@@ -333,7 +333,7 @@ class Prices:
 
 
 _PRICES: dict[tuple, Prices] = {}
-_PRICES_LIMIT = 512
+_PRICES_LIMIT = 128  # problems (a network has a few dozen distinct ones); cleared when full
 
 
 def _windows(target: Target, p: ArrayProblem) -> tuple[int, ...]:
