@@ -108,10 +108,12 @@ def run_stages(ir: Any, stages: Sequence[Stage], opts: RunOptions, *, first_inde
     """Run ``stages`` in order on ``ir``; verify, print and dump after each as ``opts`` asks."""
     check_stage_names(opts.print_after, [s.name for s in stages])
     dump_dir = Path(opts.dump_dir) if opts.dump_dir is not None else None
+    verified = None  # the IR the last stage verified: a stage that hands it on unchanged is not re-verified
     for i, stage in enumerate(stages, start=first_index):
         start, cpu = time.perf_counter(), time.process_time()
         ir = stage.run(ir)
-        if opts.verify_each:
+        if opts.verify_each and ir is not verified:
+            verified = ir
             try:
                 stage.verify(ir)
             except VerifyError as e:
