@@ -50,12 +50,10 @@ def test_shared_tile_class_costs_change_no_estimate(name):
     assert with_memo == alone
 
 
-def test_u65_weight_decoder_costs_are_shared_exactly():
+def test_u65_costs_are_shared_exactly():
+    """Another memory system (u65-like-256: 128-byte bursts, a weight decoder): the same."""
     u65 = load_target("u65-like-256")
-    from npuc.isa.enums import DType
-    from tests.schedule.test_array_search import FP16  # noqa: F401
-
-    p = dataclasses.replace(problem(64, 28, 64, 3, 1, 1), dtype=DType.fp16)
+    p = problem(64, 28, 64, 3, 1, 1)
     tilings = _tilings(u65, p, 40)
     shared: dict = {}
     assert [estimate(u65, p, t, shared) for t in tilings] == [estimate(u65, p, t) for t in tilings]
