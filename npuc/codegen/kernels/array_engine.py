@@ -89,6 +89,9 @@ class ArrayEngine:
 
     def __init__(self, p: ArrayProblem, t: ArrayTiling, em: Emitter, operand_names: tuple[str, ...] = ()) -> None:
         self.p, self.t, self.em = p, t, em
+        # an emitter that only counts data movement (the network-level memory plan's) gets the
+        # loads and stores alone: no LOAD_WEIGHTS or MATMUL is built for it
+        self.moves_only = bool(getattr(em, "moves_only", False))
         target = em.target
         self.rows, self.cols = target.array.rows, target.array.cols
         fp = footprint(p, t)
@@ -140,7 +143,10 @@ class ArrayEngine:
     def _step(self, s: Step) -> None:
         xb = self._input(s)
         wb = self._weights(s)
-        self._compute(s, xb, wb)
+        if self.moves_only:
+            self.by_planes = False
+        else:
+            self._compute(s, xb, wb)
         if s.last:
             self._finish(s)
 
