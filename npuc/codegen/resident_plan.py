@@ -59,6 +59,7 @@ class Traffic:
     elements: dict[str, int] = field(default_factory=dict)  # buffer -> elements moved (copies' lane-ops)
     memory_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)  # memory -> (read, written)
     not_local: frozenset[str] = frozenset()                 # buffers it moves to the accumulator
+    planned_on: int = 0                                     # the scratchpad bytes it was planned on
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def kernel_traffic(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict) -
             mem = mem_of.get(name, m.target.activation_memory.name)
             per_mem.setdefault(mem, [0, 0])[side] += n
     return Traffic(plan.est_cycles, plan.spad_bytes, c.loads, c.stores, c.elements,
-                   {k_: (v[0], v[1]) for k_, v in per_mem.items()}, frozenset(c.not_local))
+                   {k_: (v[0], v[1]) for k_, v in per_mem.items()}, frozenset(c.not_local), spad_bytes)
 
 
 def candidates(m: LoweredModel, life: dict[str, tuple[int, int]]) -> list:
@@ -312,8 +313,43 @@ def kernel_splits(offsets: dict[str, int], life: dict[str, tuple[int, int]], buf
     return out
 
 
-def choose_on_chip(m: LoweredModel) -> OnChip:
-    """The split and the tensors kept on chip (module docstring)."""
+def kept_cycles(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict, kept: dict[str, int]) -> int:
+    """Cycles of ``k`` planned on ``spad_bytes`` of scratchpad with the tensors ``kept`` (name ->
+    scratchpad address) in the scratchpad: its emission recorded through the
+    :class:`~npuc.codegen.local_memory.LocalEmitter` the code generator gives it (their DMAs
+    become scratchpad copies) and walked on the four-queue timeline, as every tile program's
+    estimate is."""
+    from npuc.codegen.kernels.fused_chain import kernel_steps, with_scratchpad
+    from npuc.codegen.local_memory import RESIDENT_BASE
+    from npuc.schedule.vector_cost import timeline
+
+    t = m.target if spad_bytes == m.target.scratchpad.size_bytes else with_scratchpad(m.target, spad_bytes)
+    offs, _ = _synthetic(k, m, buffers)
+    offs.update({n: RESIDENT_BASE + a for n, a in kept.items() if n in offs})
+    steps = kernel_steps(relocate_kernel(k, offs), t, through_on_chip=True)
+    return max((x.end for x in timeline(steps, t)), default=0)
+
+
+def _slower_kernels(m: LoweredModel, kernels: list[Kernel], traffic: list[Traffic], base: list[Traffic],
+                    offsets: dict[str, int], buffers: dict) -> list[int]:
+    """The kernels (indices) that a choice makes slower than they are without any tensor kept on
+    chip: each at its split, walked with the kept tensors it touches in the scratchpad."""
+    size = m.target.scratchpad.size_bytes
+    addr = {n: size - o - align(buffers[n].nbytes) for n, o in offsets.items()}
+    out = []
+    for i, (k, tr, b0) in enumerate(zip(kernels, traffic, base)):
+        mine = {t.name: addr[t.name] for t in k.tensors() if t.name in addr}
+        cycles = kept_cycles(k, m, tr.planned_on, buffers, mine) if mine else tr.cycles
+        if cycles > b0.cycles:
+            out.append(i)
+    return out
+
+
+def choose_on_chip(m: LoweredModel, cycles_not_worse: bool = False) -> OnChip:
+    """The split and the tensors kept on chip (module docstring); with ``cycles_not_worse`` only
+    a choice under which no kernel is slower than without it (each kernel that reaches a kept
+    tensor walked with its scratchpad copies, :func:`kept_cycles`): the tensors a slower
+    kernel lives beside are given up until none is."""
     life = lifetimes(m)
     buffers = {b.name: b for b in m.buffers}
     cands = candidates(m, life)
@@ -335,10 +371,19 @@ def choose_on_chip(m: LoweredModel) -> OnChip:
         worth = [b for b in cands if s.get(b.name, 0.0) > 0]
         worth.sort(key=lambda b: (-s[b.name] / (align(b.nbytes) * (life[b.name][1] - life[b.name][0] + 1)), b.name))
         offsets = _pack_under(worth, life, r, cap)
-        if not offsets:
-            continue
         per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
         traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
+        given_up: set[str] = set()
+        while cycles_not_worse and offsets:
+            slow = _slower_kernels(m, kernels, traffic, [row[0] for row in table], offsets, buffers)
+            if not slow:
+                break
+            given_up |= {n for i in slow for n in offsets if life[n][0] <= steps[i] <= life[n][1]}
+            offsets = _pack_under([b for b in worth if b.name not in given_up], life, r, cap)
+            per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
+            traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
+        if not offsets:
+            continue
         saved = _savings(m, traffic, [buffers[n] for n in offsets], buffers)
         saved = {n: saved.get(n, 0.0) for n in offsets}
         energy = _network_energy(m, traffic) - sum(saved.values())

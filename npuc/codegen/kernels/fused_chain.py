@@ -161,7 +161,7 @@ def on_chip_emitter(rec: Any, target: Any, k: Kernel) -> Any:
     :class:`~npuc.codegen.local_memory.LocalEmitter` over them, so that the recorded program (what
     the estimate walks and what is emitted) holds the scratchpad copies the code generator issues
     for them, not DMAs of off-chip memory; else the recorder itself."""
-    if not any(is_resident_address(t.addr) for t in k.inputs + (k.output,)):
+    if not any(is_resident_address(t.addr) for t in k.tensors()):
         return rec
     top = 1 << DRAM_ADDR_BITS
     return LocalEmitter(rec, target, [(RESIDENT_BASE, top, -RESIDENT_BASE, "the on-chip tensors")])
@@ -252,10 +252,13 @@ class FusedChain:
 register_kernel(FusedChain())
 
 
-def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None) -> tuple:
+def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None, through_on_chip: bool = False) -> tuple:
     """The steps one kernel emits on its own (planned on ``target`` unless ``plan`` is given),
-    recorded rather than emitted: what the cascade stage prices a member run unfused by."""
+    recorded rather than emitted: what the cascade stage prices a member run unfused by; with
+    ``through_on_chip`` through the emitter that turns the DMAs of tensors kept on chip (at
+    ``RESIDENT_BASE``) into scratchpad copies, as the code generator does."""
     impl = get_kernel(k.kind)
     rec = _Recorder(target, k)
-    impl.emit(k, plan or impl.plan(k, target), rec)
+    em = on_chip_emitter(rec, target, k) if through_on_chip else rec
+    impl.emit(k, plan or impl.plan(k, target), em)
     return tuple(rec._steps)
