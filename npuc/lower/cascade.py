@@ -270,6 +270,17 @@ def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, c
             if confs and confs[0][0].energy_pj < sum(single[i:j]):
                 runs[(i, j)] = confs
     priced: dict[tuple[int, int], tuple[Estimate, Kernel] | None] = {}
+    costs: dict[int, Estimate] = {}
+
+    def alone(x: int) -> Estimate:
+        """Kernel ``x`` run on its own, priced once for every run that holds it: at the addresses
+        :func:`pricing_offsets` gives it alone (each buffer 64-byte aligned in the memory the plan
+        will put it in, as in any run, so its bursts and memories are the same)."""
+        if x not in costs:
+            k = lks[x].kernel
+            costs[x] = unfused_cost(relocate_kernel(k, pricing_offsets((k,), target, sizes)), target)
+        return costs[x]
+
     rounds = 0
     while True:
         plan = _cheapest(n, single, runs)
@@ -282,7 +293,7 @@ def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, c
         rounds += 1
         for i, j in missing:
             offs = pricing_offsets(tuple(lk.kernel for lk in lks[i:j]), target, sizes)
-            members = _sum(unfused_cost(relocate_kernel(lk.kernel, offs), target) for lk in lks[i:j])
+            members = _sum(alone(x) for x in range(i, j))
             priced[(i, j)] = best_chain(target, runs[(i, j)], members, cycles_not_worse, offs)
             if priced[(i, j)] is None:
                 del runs[(i, j)]
