@@ -72,8 +72,8 @@ def measured(i: int) -> list[tuple[str, int, int, float, float]]:
     preset, model, dtype, kib = CASES[i]
     target = _target(preset, kib)
     m, x, g = _graph(model)
-    art = (npuc.compile(m, (x,), target=target, fuse_layers=True) if dtype == "fp16"
-           else compile_graph(g, target, quantize="int8", fuse_layers=True))
+    art = (npuc.compile(m, (x,), target=target, fuse_layers=True, resident=False) if dtype == "fp16"
+           else compile_graph(g, target, quantize="int8", fuse_layers=True, resident=False))
     out = []
     for c in art.compiled.codes:
         for lk in c.segment.kernels:
