@@ -8,19 +8,24 @@ compulsory bytes (weights, inputs and outputs once), the energy per inference, a
 its bytes, energy and bandwidth use.  Each model and configuration is compiled in each of the
 ``--modes``: ``plain`` (every layer its own kernel, every activation in its memory), ``resident``
 (the memory plan keeps activations in the scratchpad across kernels: ``resident=True``), ``fused``
-(``fuse_layers=True``) and ``fused+resident``; a summary table at the end sets them side by side.
+(``fuse_layers=True``: every chain that saves energy, slower or not), ``fused+resident`` and
+``default`` (the compiler's defaults: only the chains and on-chip tensors that cost no cycles);
+a summary table at the end sets them side by side.
 The issue's reference figure: MobileNetV2 fp16 on npu-mid used 1.796 mJ before memories were
 data.  Figures only, no assertions.
 
     .venv/bin/python bench/memory_bench.py [--models mobilenet_v2,resnet18] [--configs npu-mid:fp16,u55-like-256:int8]
-        [--modes plain,resident,fused,fused+resident]
+        [--modes plain,resident,fused,fused+resident,default]
         [--scratchpad-kib 128]   # the same targets with another scratchpad size (the architect's question)
         [--resident-kib 128,256] # and, plain, with that much of the scratchpad a memory of its own (one run each)
+        [--actions]              # and each run's energy per action (MACs, scratchpad, accumulator, each memory,
+                                 # vector lane-ops, instructions, static) and per instruction kind
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import npuc
@@ -30,7 +35,8 @@ from npuc.zoo import ZOO, load_model
 
 MODELS = ("mobilenet_v2", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
 CONFIGS = ("npu-mid:fp16", "npu-mid:int8", "u55-like-256:int8", "u65-like-256:int8")
-MODES = {"plain": (False, False), "resident": (False, True), "fused": (True, False), "fused+resident": (True, True)}
+MODES = {"plain": (False, False), "resident": (False, True), "fused": (True, False), "fused+resident": (True, True),
+         "default": (None, None)}
 
 
 def resized(target: str, spad_kib: int | None):
@@ -71,6 +77,54 @@ def report(model: str, target: str, dtype: str, p, seconds: float, mode: str = "
     print(f"    on-chip work (MACs, scratchpad, accumulator, vector, issue, static): {other / 1e6:.1f} uJ")
 
 
+def _kind(ins) -> str:
+    """An instruction's kind for the energy table: its mnemonic, a vector op's op, a copy's shape
+    class (a copy of one contiguous block, or strided)."""
+    name = ins.defn.name
+    op = getattr(ins.args, "op", None)
+    if op is None:
+        return name
+    op = getattr(op, "name", op)
+    if name == "VUN" and op == "copy":
+        regions = ins.defn.regions(ins.args)
+        dense = all(r.end - r.addr == r.itemsize * math.prod(r.shape) for r in regions)
+        return "VUN copy (contiguous)" if dense else "VUN copy (strided)"
+    return f"{name} {op}"
+
+
+def energy_by_action(p) -> tuple[dict[str, float], dict[str, float]]:
+    """The run's energy (pJ) by action (the profile's energy table: MACs, scratchpad, accumulator,
+    each memory, vector lane-ops, instructions, and static power over the cycles) and its dynamic
+    energy by instruction kind (:func:`_kind`), from every executed NPU instruction's actions."""
+    from npuc.isa.actions import energy_breakdown
+    from npuc.report.profile import executed, instruction_actions
+
+    by_action: dict[str, float] = {}
+    by_kind: dict[str, float] = {}
+    cache: dict = {}
+    for prog, labels in zip(p.programs, p.labels):
+        dynamic, _ = executed(prog, labels)
+        for ins, a in zip(dynamic, instruction_actions(dynamic, p.target)):
+            got = cache.get(ins)
+            if got is None:
+                got = cache[ins] = (_kind(ins), energy_breakdown(a, p.target))
+            kind, parts = got
+            for k, v in parts.items():
+                by_action[k] = by_action.get(k, 0.0) + v
+            by_kind[kind] = by_kind.get(kind, 0.0) + sum(parts.values())
+    by_action["static (and CPU)"] = p.energy_pj - sum(by_action.values())
+    return by_action, by_kind
+
+
+def print_actions(p) -> None:
+    by_action, by_kind = energy_by_action(p)
+    total = p.energy_pj
+    print("    energy per action:  " + "  ".join(f"{k} {v / 1e6:.1f} uJ" for k, v in by_action.items() if v))
+    top = sorted(by_kind.items(), key=lambda kv: -kv[1])[:10]
+    print("    dynamic energy per instruction kind:  " + "  ".join(f"{k} {v / 1e6:.1f} uJ ({100 * v / total:.0f}%)"
+                                                               for k, v in top))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -79,6 +133,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     ap.add_argument("--resident-kib", default="", help="comma list: plain runs with that much of the scratchpad a "
                                                        "memory of its own (a fixed split)")
+    ap.add_argument("--actions", action="store_true", help="print each run's energy per action and per instruction kind")
     args = ap.parse_args()
     residents = [int(r) for r in args.resident_kib.split(",") if r]
     modes = [x for x in args.modes.split(",") if x]
@@ -94,6 +149,8 @@ def main() -> None:
             for target, mode in runs:
                 p, seconds = run(model, target, dtype, mode)
                 report(model, target.name, dtype, p, seconds, mode)
+                if args.actions:
+                    print_actions(p)
                 rows.append((model, target.name, dtype, mode, p))
     summary(rows)
 

@@ -268,8 +268,8 @@ def compile(  # noqa: A001 (the API's name)
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     host_code: bool = False,
-    fuse_layers: bool = False,
-    resident: bool = False,
+    fuse_layers: bool | None = None,
+    resident: bool | None = None,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -292,13 +292,17 @@ def compile(  # noqa: A001 (the API's name)
 
     ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
     llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
-    ``fuse_layers=True`` runs the cascade stage (docs/compiler.md): chains of layers run depth-first
-    in stripes as ``fused_chain`` kernels, their intermediates on chip -- fewer off-chip bytes and
-    less energy, but today more cycles (the stripes are single-buffered) and a slower compile, so
-    it is not the default; ``False`` compiles every layer as its own kernel.
-    ``resident=True`` lets the memory plan keep activations in the scratchpad across kernels
-    where the cost model finds it saves energy (docs/compiler.md, "Tensors kept on chip"); the
-    kernels then plan in the rest of the scratchpad.
+    ``fuse_layers`` chooses the cascade stage (docs/compiler.md): chains of layers run depth-first
+    in stripes as ``fused_chain`` kernels, their intermediates on chip.  By default (None) only
+    the chains the checked cost model finds take no more cycles than their layers one by one, in
+    their configuration of least energy; ``True`` every chain that saves energy, slower or not
+    (fewer off-chip bytes, more cycles, a slower compile); ``False`` compiles every layer as its
+    own kernel.
+    ``resident`` chooses the network-level on-chip plan (docs/compiler.md, "Tensors kept on
+    chip"): by default (None) activations are kept in the scratchpad across kernels where that
+    saves energy and makes no kernel slower (each such kernel walked with its scratchpad copies);
+    ``True`` wherever it saves energy, with re-read weights staged in a faster memory and the
+    next kernel's weights prefetched; ``False`` keeps every activation in its memory.
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
@@ -414,8 +418,8 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
     return Artifact(npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 
-def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False, fuse_layers: bool = False,
-                  resident: bool = False, **runner_opts: Any) -> Artifact:
+def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False,
+                  fuse_layers: bool | None = None, resident: bool | None = None, **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision

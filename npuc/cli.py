@@ -348,12 +348,14 @@ def _stage_progress(status):
               help="Print what the compilation decided as JSON (segments, sizes, CPU ops with reasons and costs).")
 @click.option("--host-code", is_flag=True,
               help="Compile the CPU segments ahead of time for the target's host CPU (IREE llvm-cpu, [host] triple).")
-@click.option("--fuse-layers", is_flag=True,
+@click.option("--fuse-layers/--no-fuse-layers", "fuse_layers", default=None,
               help="Run chains of layers depth-first in stripes with their intermediates on chip (the cascade "
-                   "stage): fewer off-chip bytes and less energy, today more cycles.")
-@click.option("--resident", is_flag=True,
-              help="Let the memory plan keep activations in the scratchpad across kernels where the cost model "
-                   "finds it saves energy (the kernels tile in the rest of it).")
+                   "stage). Default: only the chains that take no more cycles than their layers one by one; "
+                   "--fuse-layers: every chain that saves energy, even when slower; --no-fuse-layers: none.")
+@click.option("--resident/--no-resident", "resident", default=None,
+              help="Let the memory plan keep activations in the scratchpad across kernels. Default: where that "
+                   "saves energy and makes no kernel slower; --resident: wherever it saves energy (with weights "
+                   "staged and prefetched); --no-resident: none.")
 @input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,

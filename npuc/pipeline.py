@@ -403,12 +403,25 @@ class Packaged:
     compiled: Compiled
 
 
+def cascade_stage(fuse_layers: bool | None) -> Callable[[Any], Any]:
+    """The cascade stage as ``fuse_layers`` asks (see :func:`backend_stages`)."""
+    from npuc.lower.cascade import cascade
+
+    if fuse_layers is False:
+        return lambda m: m
+    return lambda m: cascade(m, cycles_not_worse=fuse_layers is None)
+
+
 def backend_stages(target: Any, precision: Any, model_name: str,
-                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool = False,
-                   resident: bool = False) -> list[Stage]:
-    """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged);
-    ``fuse_layers=False`` leaves every kernel on its own (the cascade stage passes the model on);
-    ``resident=True`` lets the memory plan keep activations in the scratchpad across kernels."""
+                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool | None = None,
+                   resident: bool | None = None) -> list[Stage]:
+    """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged).
+    ``fuse_layers``: None (the default) fuses the chains of least energy that take no more
+    cycles than their layers one by one; True the chains of least energy, slower or not; False
+    leaves every kernel on its own (the cascade stage passes the model on).  ``resident``: None
+    (the default) lets the memory plan keep activations in the scratchpad across kernels where
+    that makes no kernel slower; True wherever it saves energy (and stages re-read weights in a
+    faster memory, and prefetches the next kernel's weights); False keeps none."""
     from npuc.codegen.driver import code_text, emit_segment, finish_segment
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
@@ -417,7 +430,6 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     from npuc.kir.program import NpuSegment
     from npuc.kir.text import print_lowered
     from npuc.kir.verify import verify_lowered
-    from npuc.lower.cascade import cascade
     from npuc.lower.fusion import fuse
     from npuc.lower.io_quant import absorb_io_quantization
     from npuc.lower.partition import partition
@@ -432,7 +444,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
 
     def codegen(plan: Any) -> Compiled:
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
-        emitted = [emit_segment(s, target, plan.kernel_splits(i), prefetch=resident) for i, s in enumerate(segs)]
+        emitted = [emit_segment(s, target, plan.kernel_splits(i), prefetch=resident is True) for i, s in enumerate(segs)]
         programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
         if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
             plan = replace(plan, constants=blob)
@@ -455,7 +467,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         Stage("io_edges", announce("io_edges", io_edges), verify, print_graph, constants_manifest, ".npuir"),
         Stage("partition", announce("partition", lambda g: partition(g, target, precision)), verify_lowered, print_lowered),
         Stage("fuse", announce("fuse", fuse), verify_lowered, print_lowered),
-        Stage("cascade", announce("cascade", cascade if fuse_layers else (lambda m: m)), verify_lowered, print_lowered),
+        Stage("cascade", announce("cascade", cascade_stage(fuse_layers)), verify_lowered, print_lowered),
         Stage("memory_plan", announce("memory_plan", lambda m: plan_memory(m, resident)), check_plan, memory_plan_text),
         Stage("codegen", announce("codegen", codegen), lambda c: None, lambda c: code_text(c.codes)),
         Stage("package", announce("package", package), lambda p: validate_npub(p.npub), _package_text),
@@ -493,8 +505,8 @@ def run_backend(
     out: TextIO | None = None,
     records: list[StageRecord] | None = None,
     on_stage: Callable[[str], None] | None = None,
-    fuse_layers: bool = False,
-    resident: bool = False,
+    fuse_layers: bool | None = None,
+    resident: bool | None = None,
 ) -> Packaged:
     """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``,
     ``resident``: see :func:`backend_stages`)."""

@@ -134,11 +134,13 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in life.items()}
 
 
-def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
+def plan_memory(m: LoweredModel, resident: bool | None = False) -> MemoryPlanResult:
     """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
     first stage the weights that a kernel re-reads from a slow memory in a faster one
     (``npuc.codegen.weight_staging``, when the staged copies fit) and let the cost model keep
-    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``)."""
+    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``); ``None``:
+    keep only those that make no kernel slower (``choose_on_chip(cycles_not_worse=True)``), and
+    stage no weights."""
     if resident:
         from npuc.codegen.weight_staging import stage_weights
 
@@ -151,12 +153,12 @@ def plan_memory(m: LoweredModel, resident: bool = False) -> MemoryPlanResult:
     return _plan(m, resident)
 
 
-def _plan(m: LoweredModel, resident: bool) -> MemoryPlanResult:
+def _plan(m: LoweredModel, resident: bool | None) -> MemoryPlanResult:
     from npuc.codegen.local_memory import RESIDENT_BASE
     from npuc.codegen.resident_plan import choose_on_chip
 
     t = m.target
-    on_chip = choose_on_chip(m) if resident else None
+    on_chip = choose_on_chip(m, cycles_not_worse=resident is None) if resident is not False else None
     kept = on_chip.offsets if on_chip is not None else {}
     placed: list[Placed] = []
     regions: list[tuple[str, str, int, int]] = []

@@ -29,6 +29,11 @@ whole network:
    memories' energy per byte and its cycles at static power, each at its own split, less the
    savings.  Keeping nothing is a candidate too, so the plan never costs more than the estimate
    without it.
+5. **Not slower** (``cycles_not_worse``, the compiler's default): the choices of the splits are
+   taken in order of estimated energy (the first ``CHECKED_SPLITS``); every kernel that reaches
+   a kept tensor is recorded through the scratchpad copies it will issue and walked
+   (:func:`kept_cycles`), every other kernel keeps its estimate at its split, and the tensors
+   live at the step of a kernel slower than with no split at all are given up, until none is.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class Traffic:
     elements: dict[str, int] = field(default_factory=dict)  # buffer -> elements moved (copies' lane-ops)
     memory_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)  # memory -> (read, written)
     not_local: frozenset[str] = frozenset()                 # buffers it moves to the accumulator
+    planned_on: int = 0                                     # the scratchpad bytes it was planned on
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ def kernel_traffic(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict) -
             mem = mem_of.get(name, m.target.activation_memory.name)
             per_mem.setdefault(mem, [0, 0])[side] += n
     return Traffic(plan.est_cycles, plan.spad_bytes, c.loads, c.stores, c.elements,
-                   {k_: (v[0], v[1]) for k_, v in per_mem.items()}, frozenset(c.not_local))
+                   {k_: (v[0], v[1]) for k_, v in per_mem.items()}, frozenset(c.not_local), spad_bytes)
 
 
 def candidates(m: LoweredModel, life: dict[str, tuple[int, int]]) -> list:
@@ -328,8 +334,54 @@ def kernel_splits(offsets: dict[str, int], life: dict[str, tuple[int, int]], buf
     return out
 
 
-def choose_on_chip(m: LoweredModel) -> OnChip:
-    """The split and the tensors kept on chip (module docstring)."""
+def kept_cycles(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict, kept: dict[str, int]) -> int:
+    """Cycles of ``k`` planned on ``spad_bytes`` of scratchpad with the tensors ``kept`` (name ->
+    scratchpad address) in the scratchpad: its emission recorded through the
+    :class:`~npuc.codegen.local_memory.LocalEmitter` the code generator gives it (their DMAs
+    become scratchpad copies) and walked on the four-queue timeline, as every tile program's
+    estimate is."""
+    from npuc.codegen.kernels.fused_chain import kernel_steps, with_scratchpad
+    from npuc.codegen.local_memory import RESIDENT_BASE
+    from npuc.schedule.vector_cost import timeline
+
+    t = m.target if spad_bytes == m.target.scratchpad.size_bytes else with_scratchpad(m.target, spad_bytes)
+    offs, _ = _synthetic(k, m, buffers)
+    offs.update({n: RESIDENT_BASE + a for n, a in kept.items() if n in offs})
+    steps = kernel_steps(relocate_kernel(k, offs), t, through_on_chip=True)
+    return max((x.end for x in timeline(steps, t)), default=0)
+
+
+def _slower_kernels(m: LoweredModel, kernels: list[Kernel], traffic: list[Traffic], base: list[Traffic],
+                    offsets: dict[str, int], buffers: dict, memo: dict) -> list[int]:
+    """The kernels (indices) that a choice makes slower than they are without any tensor kept on
+    chip: each at its split, walked with the kept tensors it touches in the scratchpad (``memo``:
+    the walks already done, by kernel, split and kept tensors)."""
+    size = m.target.scratchpad.size_bytes
+    addr = {n: size - o - align(buffers[n].nbytes) for n, o in offsets.items()}
+    out = []
+    for i, (k, tr, b0) in enumerate(zip(kernels, traffic, base)):
+        mine = {t.name: addr[t.name] for t in k.tensors() if t.name in addr}
+        if mine:
+            key = (i, tr.planned_on, tuple(sorted(mine.items())))
+            if key not in memo:
+                memo[key] = kept_cycles(k, m, tr.planned_on, buffers, mine)
+            cycles = memo[key]
+        else:
+            cycles = tr.cycles
+        if cycles > b0.cycles:
+            out.append(i)
+    return out
+
+
+CHECKED_SPLITS = 2  # with cycles_not_worse: the splits of least energy checked for cycles, in order
+
+
+def choose_on_chip(m: LoweredModel, cycles_not_worse: bool = False) -> OnChip:
+    """The split and the tensors kept on chip (module docstring); with ``cycles_not_worse`` only
+    a choice under which no kernel is slower than without it (each kernel that reaches a kept
+    tensor walked with its scratchpad copies, :func:`kept_cycles`): the splits' choices are taken
+    in order of estimated energy (the first ``CHECKED_SPLITS`` of them), the tensors a slower
+    kernel lives beside given up until none is, and the first choice left with a tensor wins."""
     life = lifetimes(m)
     buffers = {b.name: b for b in m.buffers}
     cands = candidates(m, life)
@@ -338,8 +390,8 @@ def choose_on_chip(m: LoweredModel) -> OnChip:
     splits = split_sizes(m.target)
     table = _traffic_table(m, kernels, splits, buffers)
     baseline = _network_energy(m, [row[0] for row in table])
-    best = OnChip(0, {}, {}, baseline, baseline, (), ())
     considered = [(0, baseline)]
+    choices = []
     for j, r in enumerate(splits):
         if not r:
             continue
@@ -350,18 +402,44 @@ def choose_on_chip(m: LoweredModel) -> OnChip:
         s = _savings(m, at_r, cands, buffers)
         worth = [b for b in cands if s.get(b.name, 0.0) > 0]
         worth.sort(key=lambda b: (-s[b.name] / (align(b.nbytes) * (life[b.name][1] - life[b.name][0] + 1)), b.name))
+        choice = _choice(m, table, splits, buffers, life, steps, _pack_under(worth, life, r, cap), baseline)
+        if choice is not None:
+            considered.append((r, choice.energy_pj))
+            choices.append((choice.energy_pj, r, worth, cap))
+    best = OnChip(0, {}, {}, baseline, baseline, (), ())
+    memo: dict = {}
+    choices.sort(key=lambda c: (c[0], c[1]))
+    if not cycles_not_worse:
+        choices = choices[:1]
+    for energy, r, worth, cap in choices[:CHECKED_SPLITS]:
         offsets = _pack_under(worth, life, r, cap)
-        if not offsets:
-            continue
-        per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
-        traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
-        saved = _savings(m, traffic, [buffers[n] for n in offsets], buffers)
-        saved = {n: saved.get(n, 0.0) for n in offsets}
-        energy = _network_energy(m, traffic) - sum(saved.values())
-        considered.append((r, energy))
-        if energy < best.energy_pj:
-            best = OnChip(max(per_kernel), offsets, saved, energy, baseline, (), tuple(per_kernel))
+        given_up: set[str] = set()
+        while cycles_not_worse and offsets:
+            per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
+            traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
+            slow = _slower_kernels(m, kernels, traffic, [row[0] for row in table], offsets, buffers, memo)
+            if not slow:
+                break
+            given_up |= {n for i in slow for n in offsets if life[n][0] <= steps[i] <= life[n][1]}
+            offsets = _pack_under([b for b in worth if b.name not in given_up], life, r, cap)
+        choice = _choice(m, table, splits, buffers, life, steps, offsets, baseline)
+        if choice is not None and choice.energy_pj < best.energy_pj:
+            best = choice
+            break
     return replace(best, considered=tuple(considered))
+
+
+def _choice(m: LoweredModel, table, splits, buffers, life, steps, offsets: dict[str, int], baseline: float
+            ) -> OnChip | None:
+    """The tensors at ``offsets`` kept on chip with their estimated energy, None when none is."""
+    if not offsets:
+        return None
+    per_kernel = kernel_splits(offsets, life, buffers, steps, splits)
+    traffic = [row[splits.index(x)] for row, x in zip(table, per_kernel)]
+    saved = _savings(m, traffic, [buffers[n] for n in offsets], buffers)
+    saved = {n: saved.get(n, 0.0) for n in offsets}
+    energy = _network_energy(m, traffic) - sum(saved.values())
+    return OnChip(max(per_kernel), offsets, saved, energy, baseline, (), tuple(per_kernel))
 
 
 __all__ = ["ALIGN", "OnChip", "Traffic", "choose_on_chip", "kernel_traffic", "split_sizes"]

@@ -19,7 +19,10 @@ their own recorded steps.  The objective is energy: a chain is kept in its confi
 least energy that spends less energy than its members, and with ``cycles_not_worse`` only one
 that takes no more cycles than them as well; a chain that does not win is taken out of the
 dynamic program, which runs again (so its shorter sub-chains get their chance), until every
-chain it picks wins.
+chain it picks wins.  With ``cycles_not_worse`` (the compiler's default) most long chains lose,
+and pricing every shorter one in turn would make the compile many times slower, so only the
+chains of the first ``ROUNDS_NOT_WORSE`` rounds of the dynamic program are priced; it then runs
+once more over the chains already proven to win.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from npuc.schedule.cascade_cost import (
 )
 
 MAX_MEMBERS = 8  # longest chain considered (the buffers of longer ones rarely fit)
+ROUNDS_NOT_WORSE = 2  # with cycles_not_worse: rounds of the dynamic program whose new chains are priced
 HEIGHTS = 1  # stripe heights priced in full per way of holding the constants
 TRIES = 3  # configurations tried per way of holding the constants before giving it up
 _ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224)
@@ -266,14 +270,30 @@ def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, c
             if confs and confs[0][0].energy_pj < sum(single[i:j]):
                 runs[(i, j)] = confs
     priced: dict[tuple[int, int], tuple[Estimate, Kernel] | None] = {}
+    costs: dict[int, Estimate] = {}
+
+    def alone(x: int) -> Estimate:
+        """Kernel ``x`` run on its own, priced once for every run that holds it: at the addresses
+        :func:`pricing_offsets` gives it alone (each buffer 64-byte aligned in the memory the plan
+        will put it in, as in any run, so its bursts and memories are the same)."""
+        if x not in costs:
+            k = lks[x].kernel
+            costs[x] = unfused_cost(relocate_kernel(k, pricing_offsets((k,), target, sizes)), target)
+        return costs[x]
+
+    rounds = 0
     while True:
         plan = _cheapest(n, single, runs)
         missing = [r for r in plan if r not in priced]
         if not missing:
             break
+        if cycles_not_worse and rounds == ROUNDS_NOT_WORSE:
+            runs = {r: c for r, c in runs.items() if priced.get(r) is not None}  # the chains proven not slower
+            continue
+        rounds += 1
         for i, j in missing:
             offs = pricing_offsets(tuple(lk.kernel for lk in lks[i:j]), target, sizes)
-            members = _sum(unfused_cost(relocate_kernel(lk.kernel, offs), target) for lk in lks[i:j])
+            members = _sum(alone(x) for x in range(i, j))
             priced[(i, j)] = best_chain(target, runs[(i, j)], members, cycles_not_worse, offs)
             if priced[(i, j)] is None:
                 del runs[(i, j)]

@@ -72,8 +72,8 @@ def measured(i: int) -> list[tuple[str, int, int, float, float]]:
     preset, model, dtype, kib = CASES[i]
     target = _target(preset, kib)
     m, x, g = _graph(model)
-    art = (npuc.compile(m, (x,), target=target, fuse_layers=True) if dtype == "fp16"
-           else compile_graph(g, target, quantize="int8", fuse_layers=True))
+    art = (npuc.compile(m, (x,), target=target, fuse_layers=True, resident=False) if dtype == "fp16"
+           else compile_graph(g, target, quantize="int8", fuse_layers=True, resident=False))
     out = []
     for c in art.compiled.codes:
         for lk in c.segment.kernels:
@@ -123,3 +123,49 @@ def test_plan_and_emission_read_one_tile_program():
     text = chain.details.text()
     assert "(fused_chain)" in text and "buffer 'members'" in text and "iteration" in text
     assert len({s.tile for s in steps if s.tile >= 0}) == len(chain.details.stripes)
+
+
+class _ChainBesideKept(torch.nn.Module):
+    """A conv whose output the memory plan keeps on chip (a global mean reads it too), then two
+    inverted residual blocks fused into one chain that reads it and writes a kept tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.codegen.test_resident_plan import Blocks
+
+        self.stem = torch.nn.Conv2d(8, 16, 3, 1, 1)
+        self.blocks = Blocks()
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        return self.blocks(y[:, :8]) + y.mean((2, 3), keepdim=True)[:, :16]
+
+
+def test_chain_reading_kept_tensors_is_priced_by_its_scratchpad_copies():
+    """A chain whose input and output the memory plan keeps in the scratchpad: its recorded
+    program (what the estimate walks) moves them by scratchpad copies, as the code generator
+    does, not by DMAs of off-chip memory, and the estimate is the simulated cycles."""
+    from npuc.codegen.local_memory import is_resident_address
+
+    torch.manual_seed(2)
+    m = _ChainBesideKept().eval()
+    x = torch.randn(1, 8, 33, 27)
+    art = npuc.compile(m, (x,), target="npu-mid", resident=True, fuse_layers=True)
+    target = art.target
+    chains = [lk.kernel for c in art.compiled.codes for lk in c.segment.kernels
+              if lk.kernel.kind == "fused_chain" and any(is_resident_address(t.addr) for t in lk.kernel.tensors())]
+    assert chains, "the chain reads no tensor kept on chip"
+    for k in chains:
+        impl = get_kernel("fused_chain")
+        plan = impl.plan(k, target)
+        steps = plan.details.program.steps
+        assert not [s for s in steps if s.op in ("DMA_LOAD", "DMA_STORE") and is_resident_address(s.kwargs()["dram_addr"])]
+        em = Emitter(target)
+        impl.emit(k, plan, em)
+        prog, _ = em.finish()
+        size = -(-max(t.addr + t.span for t in k.tensors() if not is_resident_address(t.addr)) // 64) * 64
+        sim = simulate(prog, target, np.zeros(size, np.uint8), functional=False).total_cycles
+        assert abs(plan.est_cycles - sim) <= 0.03 * sim
+    (got,) = art.run(x)
+    want = m(x)
+    assert (got - want).abs().max().item() / max(1.0, want.abs().max().item()) < 2e-2

@@ -27,7 +27,7 @@ from typing import Any
 from npuc.codegen.epilogue import dma_nd
 from npuc.codegen.kernel import get_kernel, register_kernel
 from npuc.codegen.kernels.chain_copies import elide_copies
-from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
+from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter, is_resident_address
 from npuc.codegen.memory_plan import relocate_kernel
 from npuc.codegen.tile_builder import TileBuilder, emit_program
 from npuc.errors import CompileError
@@ -155,6 +155,18 @@ def band_plan(band: Kernel, target: Any) -> Plan:
     return plan
 
 
+def on_chip_emitter(rec: Any, target: Any, k: Kernel) -> Any:
+    """What the chain's steps are recorded through: when the memory plan keeps some of the
+    chain's tensors in the scratchpad (addresses at ``RESIDENT_BASE``), a
+    :class:`~npuc.codegen.local_memory.LocalEmitter` over them, so that the recorded program (what
+    the estimate walks and what is emitted) holds the scratchpad copies the code generator issues
+    for them, not DMAs of off-chip memory; else the recorder itself."""
+    if not any(is_resident_address(t.addr) for t in k.tensors()):
+        return rec
+    top = 1 << DRAM_ADDR_BITS
+    return LocalEmitter(rec, target, [(RESIDENT_BASE, top, -RESIDENT_BASE, "the on-chip tensors")])
+
+
 class _Recorder(TileBuilder):
     """A tile builder the members' implementations can emit into as into the emitter."""
 
@@ -177,11 +189,12 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
         rec._buffers.append(Buffer(name, spad, nbytes))
     members = placed_members(k, target)
     virtual = virtual_bases(k, target)
-    local = LocalEmitter(rec, sub, strict=(min(virtual.values()), RESIDENT_BASE))
+    on_chip = on_chip_emitter(rec, sub, k)
+    local = LocalEmitter(on_chip, sub, strict=(min(virtual.values()), RESIDENT_BASE))
     if a.resident_weights:
         bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
         for name, spad, nbytes in layout.resident:
-            dma_nd(rec, "DMA_LOAD", bases[name], (nbytes,), (1,), spad, (1,), 1)
+            dma_nd(on_chip, "DMA_LOAD", bases[name], (nbytes,), (1,), spad, (1,), 1)
             local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
     fixed = list(local.windows)
     producers = {m.output.name: m for m in a.members}
@@ -202,7 +215,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
             rb = row_bytes(t)
             start = t.addr + lo * rb
             buf = buffers.get(t.name + SECOND, buffers[t.name]) if i % 2 else buffers[t.name]
-            dma_nd(rec, "DMA_LOAD", start, ((hi - lo) * rb,), (1,), buf, (1,), 1)
+            dma_nd(on_chip, "DMA_LOAD", start, ((hi - lo) * rb,), (1,), buf, (1,), 1)
             local.windows.append((start, start + (hi - lo) * rb, buf - start, t.name))
         for m, (o0, o1), bp in zip(members, s.out_rows, plans):
             if bp is not None:
@@ -239,10 +252,13 @@ class FusedChain:
 register_kernel(FusedChain())
 
 
-def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None) -> tuple:
+def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None, through_on_chip: bool = False) -> tuple:
     """The steps one kernel emits on its own (planned on ``target`` unless ``plan`` is given),
-    recorded rather than emitted: what the cascade stage prices a member run unfused by."""
+    recorded rather than emitted: what the cascade stage prices a member run unfused by; with
+    ``through_on_chip`` through the emitter that turns the DMAs of tensors kept on chip (at
+    ``RESIDENT_BASE``) into scratchpad copies, as the code generator does."""
     impl = get_kernel(k.kind)
     rec = _Recorder(target, k)
-    impl.emit(k, plan or impl.plan(k, target), rec)
+    em = on_chip_emitter(rec, target, k) if through_on_chip else rec
+    impl.emit(k, plan or impl.plan(k, target), em)
     return tuple(rec._steps)
