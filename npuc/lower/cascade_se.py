@@ -43,7 +43,6 @@ from npuc.lower.cascade import (
     _sum,
     best_chain,
     fusable,
-    fused_kernel,
     pricing_offsets,
     roofline_configurations,
     row_choices,
