@@ -118,7 +118,7 @@ def se_blocks(lks: tuple[LKernel, ...], readers, protected, sizes) -> list[SeBlo
         if (producer.output.name != d.name or producer.output != d or b is None or b.kind != ACTIVATION
                 or d.name in protected or not d.is_dense() or b.nbytes != d.nbytes):
             continue
-        others = [r for _, r in readers.get(d.name, []) if r is not pool]
+        others = list({id(r): r for _, r in readers.get(d.name, []) if r is not pool}.values())
         if len(others) != 1 or id(others[0]) not in where:
             continue
         scale = others[0]
