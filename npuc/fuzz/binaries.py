@@ -32,7 +32,7 @@ from npuc.errors import NpucError
 from npuc.runtime.npub import BindingRole, Npub, SegmentKind
 
 WATCHDOG_S = 5.0
-MAX_RUN_ARENA = 1 << 22  # loaded binaries with larger arenas are not run (memory of the test)
+MAX_RUN_ARENA = 1 << 23  # loaded binaries with larger arenas are not run (memory of the test; u55-like-256 maps 4 MiB of SRAM)
 INTERESTING = (0, 1, 2, 3, 7, 8, 63, 64, 255, 256, 4095, 4096, 0x7FFF, 0xFFFF, 0x10000, 0x7FFF_FFFF,
                0xFFFF_FFFF, 2**32, 2**40, 2**63 - 1, 2**64 - 1)
 
@@ -359,11 +359,43 @@ def edit_code(rng, n):
     return dataclasses.replace(n, code_segments=_replace_at(n.code_segments, i, b"".join(parts)))
 
 
+def edit_weight_streams(rng, n):
+    """A field of one compressed weight stream or of a constant it replaces (format 3.2)."""
+    ws = n.weight_streams
+    if ws is None or not ws.streams:
+        return n
+    if rng.random() < 0.6:
+        i = rng.randrange(len(ws.streams))
+        st = ws.streams[i]
+        f = rng.choice(("offset", "stream_bytes", "decoded_bytes", "crc32"))
+        new = dataclasses.replace(st, **{f: _value(rng, getattr(st, f)) % 2**32})
+        ws2 = dataclasses.replace(ws, streams=_replace_at(ws.streams, i, new))
+    elif rng.random() < 0.5 and ws.constants:
+        i = rng.randrange(len(ws.constants))
+        c = ws.constants[i]
+        f = rng.choice(("offset", "raw_bytes", "stored_bytes"))
+        new = dataclasses.replace(c, **{f: _value(rng, getattr(c, f)) % 2**32})
+        ws2 = dataclasses.replace(ws, constants=_replace_at(ws.constants, i, new))
+    else:  # one of a stream's coded bytes in the constants blob
+        from npuc.runtime.npub_model import RegionKind
+
+        st = ws.streams[rng.randrange(len(ws.streams))]
+        base = next((r.offset for r in n.memory_plan.regions if r.kind == RegionKind.CONSTANTS), 0)
+        k = st.offset - base + rng.randrange(max(st.stream_bytes, 1))
+        if not 0 <= k < len(n.constants):
+            return n
+        c = bytearray(n.constants)
+        c[k] ^= 1 << rng.randrange(8)
+        return dataclasses.replace(n, constants=bytes(c))
+    return dataclasses.replace(n, weight_streams=ws2)
+
+
 EDITS: dict[str, Edit] = {
     "arena": edit_arena, "region": edit_region, "sram": edit_sram, "io": edit_io, "segment": edit_segment,
     "binding": edit_binding, "cpu_graph": edit_cpu_graph, "metadata": edit_metadata,
     "constants": edit_constants, "debug_map": edit_debug_map, "target": edit_target_name,
     "code": edit_code, "code2": edit_code,  # code is the largest part: edited twice as often
+    "weight_streams": edit_weight_streams,
 }
 
 
@@ -381,9 +413,9 @@ class Case:
 def encode_unchecked(n: Npub) -> bytes:
     """``n`` encoded with every checksum right but without the writer's validation (which
     ``Npub.to_bytes`` runs): the edit must reach the loader."""
-    from npuc.runtime.npub import FORMAT_VERSION, Container, assemble, encode_sections
+    from npuc.runtime.npub import Container, assemble, encode_sections
 
-    return assemble(Container(FORMAT_VERSION, n.target_name, n.target_fingerprint, encode_sections(n)))
+    return assemble(Container(n.format_version, n.target_name, n.target_fingerprint, encode_sections(n)))
 
 
 def _inputs_for(art) -> tuple[torch.Tensor, ...]:
@@ -427,7 +459,8 @@ def run_case(base: Npub, seed: int, index: int) -> Case:
 
 
 def base_binaries() -> list[Npub]:
-    """Small real binaries to edit: fp16 with CPU segments, a convolution, int8."""
+    """Small real binaries to edit: fp16 with CPU segments, a convolution, int8, and int8 with
+    compressed weight streams (``u55-like-256`` has a weight decoder: format 3.2)."""
     import npuc
     from torch import nn
 
@@ -444,6 +477,16 @@ def base_binaries() -> list[Npub]:
            npuc.compile(conv, (x,), name="conv").npub]
     calib = [(torch.randn(1, 3, 8, 8),) for _ in range(2)]
     out.append(npuc.compile(conv, (x,), quantize="int8", calibration=calib, name="conv_int8").npub)
+    wide = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 32, 1)).eval()
+    with torch.no_grad():  # bell-shaped weights, as training leaves them: they compress
+        for p in wide.parameters():
+            p.copy_(torch.distributions.Laplace(0.0, 0.01).sample(p.shape))
+    xw = torch.randn(1, 32, 12, 12)
+    streams = npuc.compile(wide, (xw,), target="u55-like-256", quantize="int8",
+                           calibration=[(torch.randn(1, 32, 12, 12),) for _ in range(2)], name="streams").npub
+    if streams.weight_streams is None or not streams.weight_streams.streams:
+        raise AssertionError("the u55 base binary carries no weight streams: the fuzzer would not reach them")
+    out.append(streams)
     return out
 
 

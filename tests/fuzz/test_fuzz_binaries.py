@@ -21,7 +21,8 @@ def bases():
 def test_unedited_bases_load_and_run(bases):
     from npuc.fuzz.binaries import EDITS
 
-    assert len(bases) == 3 and any(b.cpu_fallback for b in bases)
+    assert len(bases) == 4 and any(b.cpu_fallback for b in bases)
+    assert any(b.weight_streams is not None for b in bases)
     saved = dict(EDITS)
     try:
         EDITS.clear()
