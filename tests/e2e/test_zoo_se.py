@@ -26,6 +26,9 @@ from npuc.zoo import ZOO, load_model
 pytestmark = pytest.mark.zoo
 
 MODELS = ("torchvision:mobilenet_v3_small", "torchvision:efficientnet_b0")
+# Where the cost model runs SE blocks twice on npu-mid today (MobileNetV3-small's SE inputs are
+# small enough that storing them costs less): the checks must cover the two-pass kernels there.
+TWO_PASSES = ("torchvision:efficientnet_b0",)
 
 
 def _compile(g, quantize=None):
@@ -50,7 +53,7 @@ def test_fp16_fused_se_network_matches_eager(name):
     model, inputs = load_model(name)
     g = import_model(model, inputs, name=name)
     art, kinds = _compile(g)
-    assert "pooled_chain" in kinds
+    assert "pooled_chain" in kinds or name not in TWO_PASSES
     outs = _checked_run(art, inputs, name)
     for o, r, r16 in zip(outs, eager_outputs(model, inputs), eager_outputs(model, inputs, half=True)):
         c = check_output(o, r, r16)
@@ -64,7 +67,7 @@ def test_int8_fused_se_network_equals_the_integer_reference(name):
     calibration = [ZOO[name].make_inputs(s) for s in (1, 2)]
     g = run_graph_passes(import_quantized(model, inputs, calibration, name=name))
     art, kinds = _compile(g, "int8")
-    assert "pooled_chain" in kinds
+    assert "pooled_chain" in kinds or name not in TWO_PASSES
     outs = _checked_run(art, inputs, name)
     for got, want in zip(outs, interpret(g, *inputs)):
         assert torch.equal(got, want), f"{name}: {int((got != want).sum())} of {want.numel()} values differ"
