@@ -6,7 +6,9 @@ as a percentage of constants (the aim: <= 2% for the int8 CNNs), what the same p
 take as 32-byte words without LOOPs (the encoding before format 3), and the compile seconds per
 stage (``CompileReport.stage_seconds``: export and quantization included) and in all (wall
 seconds), the total without torch.export beside it, and the CPU seconds of the whole compile
-(steadier than wall time on a shared machine).
+(steadier than wall time on a shared machine).  Below each model, the code bytes per kernel kind
+(conv2d, depthwise_conv2d, gemm, ...: each encoded instruction counted for the layer its debug
+entry names), with the encoded and dynamic instructions of each kind.
 
 ``--json FILE`` writes the figures; ``--baseline FILE`` (figures written by another checkout,
 e.g. ``PYTHONPATH=/path/to/old/npuc python bench/code_size.py --json old.json``) prints them
@@ -19,15 +21,42 @@ before these, as "before" and "after".  Prints; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import time
 
 import npuc
-from npuc.isa.loops import dynamic_count
+from npuc.isa.encoding import instruction_spans
+from npuc.isa.loops import dynamic_count, expand
 from npuc.zoo import ZOO, load_model
 
 CNNS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0")
 OLD_WORD = 32  # bytes an instruction took before format 3 (fixed words)
+
+
+def by_kernel_kind(art) -> dict[str, dict[str, int]]:
+    """{kernel kind: {"code_bytes", "instructions", "dynamic_instructions"}} of a compiled model:
+    each encoded instruction's bytes go to the kind of the layer its debug entry names."""
+    npub = art.npub
+    meta = dict(npub.metadata.extra) if npub.metadata else {}
+    kinds = {layer[0]: layer[1] for seg in json.loads(meta.get("npuc.layers", "[]")) for layer in seg}
+    out: dict[str, collections.Counter] = {}
+    for code, debug, program in zip(npub.code_segments, npub.debug_map or (), art.programs):
+        starts = [e.instr_index for e in debug]
+        labels = [e.op for e in debug]
+        where = []
+        j = -1
+        for i, (_, n) in enumerate(instruction_spans(code)):
+            while j + 1 < len(starts) and starts[j + 1] <= i:
+                j += 1
+            kind = kinds.get(labels[j], "other") if j >= 0 else "other"
+            where.append(kind)
+            c = out.setdefault(kind, collections.Counter())
+            c["code_bytes"] += n
+            c["instructions"] += 1
+        for e in expand(list(program))[1]:
+            out[where[e]]["dynamic_instructions"] += 1
+    return {k: dict(v) for k, v in sorted(out.items(), key=lambda kv: -kv[1]["code_bytes"])}
 
 
 def measure(name: str, precision: str, target: str, calibration: int) -> dict:
@@ -52,6 +81,7 @@ def measure(name: str, precision: str, target: str, calibration: int) -> dict:
         "unrolled_word_bytes": dynamic * OLD_WORD,
         "stage_seconds": stages, "compile_seconds": wall, "compile_cpu_seconds": cpu,
         "without_export_seconds": wall - stages.get("export", 0.0),
+        "by_kind": by_kernel_kind(art),
     }
 
 
@@ -60,6 +90,13 @@ def row(d: dict, tag: str) -> str:
             f"{d['code_bytes']:11,d} {d['constant_bytes']:12,d} {d['code_pct']:7.2f}% {d['unrolled_word_bytes']:12,d} "
             f"{d['compile_seconds']:8.2f} {d['without_export_seconds']:8.2f} "
             + (f"{d['compile_cpu_seconds']:8.2f}" if "compile_cpu_seconds" in d else f"{'n/a':>8s}"))
+
+
+def kind_lines(d: dict) -> str:
+    total = max(1, d["code_bytes"])
+    return "\n".join(f"      {k:22s} {v['code_bytes']:9,d} B ({100 * v['code_bytes'] / total:5.1f}%) "
+                     f"{v['instructions']:7,d} instrs {v.get('dynamic_instructions', 0):9,d} dynamic"
+                     for k, v in d.get("by_kind", {}).items())
 
 
 def stage_line(d: dict) -> str:
@@ -95,7 +132,8 @@ def main() -> None:
             if old is not None:
                 print(f"      code bytes x{old['code_bytes'] / max(1, d['code_bytes']):.2f} smaller, compile without "
                       f"export x{old['without_export_seconds'] / max(1e-9, d['without_export_seconds']):.2f} faster")
-            print(stage_line(d), flush=True)
+            print(stage_line(d))
+            print(kind_lines(d), flush=True)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(out, f, indent=1)

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 from npuc.errors import CompileError
 from npuc.isa.enums import Mem, Queue
 from npuc.codegen.loop_nest import LoopNest
+from npuc.codegen.loop_tokens import issue_loop, shifted
 from npuc.isa.instr import Deps, FieldError, Instr, Program, build_args, get_def, program_problem
 from npuc.targets import Target
 
@@ -70,9 +71,11 @@ class Emitter:
         self._writes: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._last = [-1] * _NQ  # last program index per queue
         self._pending: list[set[Queue]] = [set() for _ in range(_NQ)]  # waits of each queue's next instruction
+        self._made: list[int] = []  # the producers the last instruction issued was linked after
         self._label = ""
         self._finished = False
         self.loops: list[tuple[int, int, int]] = []  # loop nests emitted: (first index, body, iterations)
+        self.replicated = 0  # instructions of loop nests appended without a conflict scan (loop_tokens)
 
     # ------------------------------------------------------------------ labels
 
@@ -103,7 +106,8 @@ class Emitter:
         The body's instructions are built and checked once; iteration ``k``'s are the body's
         with ``k`` strides added to the moving fields (their ranges and the target's limits
         checked in the iterations where they are extreme: the first period and the last
-        iteration).  Tokens are derived for every iteration exactly as :meth:`emit` would, so
+        iteration).  Tokens are those :meth:`emit` would give every iteration, derived by
+        scanning only until the emitter's state repeats (:mod:`npuc.codegen.loop_tokens`), so
         the program is the one the iterations emitted one by one would give; the nest is
         remembered (:attr:`loops`) so that code generation writes it as a LOOP without
         searching for it.  A nest whose moved fields feed another field's default is emitted
@@ -117,20 +121,16 @@ class Emitter:
             index = next(i for i, f in enumerate(fields) if f.name == m.field)
             moves[m.step].append((index, m.stride, m.period))
         extremes = sorted({*range(1, min(nest.period, nest.n - 1) + 1), nest.n - 1} - {0})
-        shifted = {k: [_shift(ins, mv, k) for ins, mv in zip(body, moves)] for k in extremes}
+        moved = {k: [shifted(ins, mv, k) for ins, mv in zip(body, moves)] for k in extremes}
         for k in extremes:
             built = [self._build(op, f) for op, f in nest.iteration(k)]
-            if [b.args for b in built] != [i.args for i in shifted[k]]:
+            if [b.args for b in built] != [i.args for i in moved[k]]:
                 for j in range(nest.n):
                     for op, f in nest.iteration(j):
                         self._issue(self._build(op, f))
                 return
         start = len(self._ops)
-        for ins in body:
-            self._issue(ins)
-        for k in range(1, nest.n):
-            for ins, mv in zip(body, moves):
-                self._issue(_shift(ins, mv, k) if mv else ins)
+        issue_loop(self, body, moves, nest.n, nest.period)
         self.loops.append((start, len(body), nest.n))
 
     def finish(self) -> tuple[Program, tuple[str, ...]]:
@@ -225,10 +225,13 @@ class Emitter:
         return needs
 
     def _order_after(self, q: int, needs: dict[int, int]) -> None:
-        """Make queue ``q``'s next instruction start after each ``needs[p]`` has completed."""
+        """Make queue ``q``'s next instruction start after each ``needs[p]`` has completed
+        (the producers linked are left in ``_made``)."""
+        self._made = made = []
         for p, j in sorted(needs.items()):
             if j > self._known[q][p]:
                 self._link(p, j, q)
+                made.append(j)
 
     def _link(self, p: int, j: int, q: int) -> None:
         """Signal from instruction j (queue p) to the next instruction of queue q."""
@@ -257,10 +260,3 @@ class Emitter:
                     if k:
                         del lst[:k]
 
-
-def _shift(ins: Instr, moves: list[tuple[int, int, int]], k: int) -> Instr:
-    """``ins`` in iteration ``k`` of its loop: each (field index, stride, period) moved."""
-    vals = list(ins.args)
-    for f, stride, period in moves:
-        vals[f] += (k % period if period else k) * stride
-    return Instr(ins.op, type(ins.args)._make(vals))

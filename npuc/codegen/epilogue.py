@@ -205,6 +205,20 @@ def channels_last_block(t: DramTensor, r0: int, nr: int, c0: int, nc: int) -> tu
     return rows_block(t, (0, 2, 3), 1, r0, nr, c0, nc)
 
 
+def channels_last_rows(t: DramTensor, r0: int, nr: int, width: int, nq: int, c0: int, nc: int) -> tuple[Piece, ...]:
+    """Tile block of ``nr`` rows of ``nq`` pixels each, channels ``c0 .. c0+nc``, of a logical
+    ``[N, C, H, W]`` tensor of ``width`` pixels a row: pixel ``r0`` (n, h, w flattened) starts
+    the first row, ``r0 + width`` the next, ...; the tile's rows are the block's pixels in
+    order.  A tile of some output columns of a channels-last kernel (every column:
+    :func:`channels_last_block`)."""
+    if nq == width:
+        return channels_last_block(t, r0, nr * width, c0, nc)
+    out: list[Piece] = []
+    for i in range(nr):
+        out += [Piece(p.row + i * nq, p.view) for p in channels_last_block(t, r0 + i * width, nq, c0, nc)]
+    return tuple(out)
+
+
 def row_major_block(t: DramTensor, r0: int, nr: int, c0: int, nc: int) -> tuple[Piece, ...]:
     """Tile block of a tensor whose rows flatten every dimension but the last (rows ``r0 ..
     r0+nr``) and whose columns are the last dimension (``c0 .. c0+nc``): a gemm's output tile."""

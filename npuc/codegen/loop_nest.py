@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from npuc.isa.instr import get_def
 from npuc.isa.loops import MAX_BODY, MAX_PERIOD
 from npuc.kir.tile_program import Step
@@ -139,16 +141,51 @@ def _shape(chunk: tuple[Step, ...]) -> tuple:
     return tuple((s.op,) + tuple((k, None if type(v) is int else v) for k, v in s.fields) for s in chunk)
 
 
-def _moved(a: tuple[Step, ...], b: tuple[Step, ...]) -> dict[tuple[int, str], int]:
-    """{(step, field): b - a} for every integer field that differs."""
-    out = {}
-    for j, (x, y) in enumerate(zip(a, b)):
-        if x.fields == y.fields:
-            continue
-        for (k, u), (_, v) in zip(x.fields, y.fields):
-            if u != v:
-                out[(j, k)] = v - u
-    return out
+class _Values:
+    """The integer field values of every chunk as one array (built once per chunk), so that two
+    repetitions are compared in one vector subtraction rather than field by field."""
+
+    def __init__(self, cs: list[tuple[Step, ...]]) -> None:
+        self.cs = cs
+        self._vals: dict[int, np.ndarray] = {}
+        self._keys: dict[int, list[tuple[int, str]]] = {}
+        self._units: dict[tuple[int, int], list[tuple[int, str]]] = {}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        got = self._vals.get(c)
+        if got is None:
+            chunk = self.cs[c]
+            got = self._vals[c] = np.array([v for st in chunk for _, v in st.fields if type(v) is int], np.int64)
+            self._keys[c] = [(j, k) for j, st in enumerate(chunk) for k, v in st.fields if type(v) is int]
+        return got
+
+    def unit(self, c: int, period: int) -> np.ndarray:
+        parts = [self._chunk(c + i) for i in range(period)]
+        return parts[0] if period == 1 else np.concatenate(parts)
+
+    def keys(self, c: int, period: int) -> list[tuple[int, str]]:
+        """(step in the unit, field) of every value of the unit at ``c``."""
+        got = self._units.get((c, period))
+        if got is not None:
+            return got
+        out = self._units[(c, period)] = []
+        base = 0
+        for i in range(period):
+            self._chunk(c + i)
+            out.extend((base + j, k) for j, k in self._keys[c + i])
+            base += len(self.cs[c + i])
+        return out
+
+
+def _moved(values: _Values, c: int, period: int, other: int) -> dict[tuple[int, str], int]:
+    """{(step, field): b - a} for every integer field that differs between the unit of ``period``
+    chunks at ``c`` and the one at ``other`` (units of the same shape)."""
+    d = values.unit(other, period) - values.unit(c, period)
+    nz = np.flatnonzero(d)
+    if not len(nz):
+        return {}
+    keys = values.keys(c, period)
+    return {keys[i]: int(d[i]) for i in nz}
 
 
 def _fit(model: dict, moved: dict, k: int) -> dict | None:
@@ -170,19 +207,19 @@ def _fit(model: dict, moved: dict, k: int) -> dict | None:
     return model if new is None else new
 
 
-def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int) -> tuple[int, dict]:
+def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values) -> tuple[int, dict]:
     """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
     key = shapes[c:c + period]
     if c + 2 * period > len(cs) or shapes[c + period:c + 2 * period] != key:
         return 1, {}
-    first = sum(cs[c:c + period], ())
-    if not first or len(first) > MAX_BODY:
+    size = sum(len(x) for x in cs[c:c + period])
+    if not size or size > MAX_BODY:
         return 1, {}
-    model = {k: (s, 0) for k, s in _moved(first, sum(cs[c + period:c + 2 * period], ())).items()}
+    model = {k: (s, 0) for k, s in _moved(values, c, period, c + period).items()}
     count = 2
     while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
            and shapes[c + count * period:c + (count + 1) * period] == key):
-        nxt = _fit(model, _moved(first, sum(cs[c + count * period:c + (count + 1) * period], ())), count)
+        nxt = _fit(model, _moved(values, c, period, c + count * period), count)
         if nxt is None:
             break
         model, count = nxt, count + 1
@@ -196,14 +233,14 @@ MOVE_COST = 4  # steps a moving field is worth in a run's score
 LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
 
 
-def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int) -> tuple[int, int, int, dict]:
+def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values) -> tuple[int, int, int, dict]:
     """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
     it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
     buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
     within the LOOP's stride slots)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
-        count, model = _run(cs, shapes, c, period)
+        count, model = _run(cs, shapes, c, period, values)
         if count >= 2:
             saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
             if saved > best[0]:
@@ -215,13 +252,14 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
     """The steps as plain runs and loop nests, in program order (see the module docstring)."""
     cs = chunks(steps)
     shapes = [_shape(c) for c in cs]
+    values = _Values(cs)
     out: list[tuple[Step, ...] | LoopNest] = []
     flat: list[Step] = []
     found: dict[int, tuple[int, int, int, dict]] = {}
 
     def best_at(i: int) -> tuple[int, int, int, dict]:
         if i not in found:
-            found[i] = _best(cs, shapes, i) if i < len(cs) else (0, 1, 1, {})
+            found[i] = _best(cs, shapes, i, values) if i < len(cs) else (0, 1, 1, {})
         return found[i]
 
     c = 0

@@ -24,7 +24,7 @@ from typing import Sequence
 from npuc.errors import CompileError
 from npuc.isa.instr import Instr
 from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr
+from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr, slot_offset, strides
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -35,18 +35,20 @@ PREFER = 1000  # a longer period replaces a shorter one only when it saves this 
 MAX_ITERATIONS = get_def("LOOP").field("n").max_value
 
 
-def reroll(instrs: Sequence[Instr], labels: Sequence[str]) -> tuple[list[Instr], list[str]]:
+def reroll(instrs: Sequence[Instr], labels: Sequence[str], check: bool = True) -> tuple[list[Instr], list[str]]:
     """The program with every worthwhile periodic run written as a LOOP, and its labels.
 
     ``instrs`` ends with END (which is never part of a loop); ``labels`` has one label per
-    instruction (the debug map)."""
+    instruction (the debug map).  ``check=False`` leaves out :func:`check_expansion`, for a
+    caller that checks the whole program it builds from the result (:func:`roll`)."""
     out, labs = list(instrs), list(labels)
     for _ in range(PASSES):
         new, new_labs = _pass(out, labs)
         if len(new) == len(out):
             break
         out, labs = new, new_labs
-    check_expansion(out, instrs, labs)
+    if check:
+        check_expansion(out, instrs, labs)
     return out, labs
 
 
@@ -129,19 +131,19 @@ def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dic
 
 def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int], int], k: int) -> dict | None:
     """The stride model after repetition ``k`` moved its fields by ``moved`` from repetition 0,
-    or None when it does not fit.  ``model[(offset, field)] = [stride, period]``: each field
-    moves by k x stride, or by (k mod period) x stride once it has come back to where it
-    started (period k, at most MAX_PERIOD)."""
+    or None when it does not fit.  ``model[(offset, field)] = [stride, period, phase]``: each
+    field moves by k x stride, or, once it is seen to rotate, by
+    ``slot_offset(k, stride, period, phase)`` (:func:`npuc.isa.loops.slot_offset`)."""
     new = None
-    for key, (stride, period) in model.items():
+    for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
-        phase = k % period if period else k
-        if got == phase * stride:
+        if got == slot_offset(k, stride, period, phase):
             continue
-        if got == 0 and not period and k <= MAX_PERIOD:
+        rotation = None if period else _rotation(stride, got, k)
+        if rotation is not None:
             if new is None:
                 new = dict(model)
-            new[key] = [stride, k]
+            new[key] = list(rotation)
             continue
         return None
     # A field that moves for the first time ends the run, however many fields came back to
@@ -149,6 +151,26 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     if any(key not in model for key in moved):
         return None
     return model if new is None else new
+
+
+def _rotation(first: int, got: int, k: int) -> tuple[int, int, int] | None:
+    """(stride, period, phase) of a field that moved by ``first`` in repetition 1 and by ``m *
+    first`` up to repetition ``k - 1``, and by ``got`` in repetition ``k``, when that is a buffer
+    rotation of at most MAX_PERIOD places: it came back ``phase`` places short of its start
+    (``got = -phase * first``: period ``k + phase``), or it started in the rotation's last place
+    and came back to its first (repetition 1 jumped back ``period - 1`` places)."""
+    if not first:
+        return None
+    if -got % first == 0:
+        phase = -got // first
+        if phase >= 0 and k + phase <= MAX_PERIOD:
+            return first, k + phase, phase
+    if k == 2:  # 0, -(P-1) x s, -(P-2) x s, ...: the start is the last place of P
+        stride = got - first
+        if stride and first % stride == 0 and 3 <= 1 - first // stride <= MAX_PERIOD:
+            period = 1 - first // stride
+            return stride, period, period - 1
+    return None
 
 
 def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | None:
@@ -166,7 +188,7 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | N
     moved = _delta(first, instrs[mid:mid + body])
     if moved is None:
         return None
-    model = {key: [s, 0] for key, s in moved.items()}
+    model = {key: [s, 0, 0] for key, s in moved.items()}
     count = 2
     pattern = sig[u:u + period]
     while u + (count + 1) * period <= n and count < MAX_ITERATIONS:
@@ -179,7 +201,7 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | N
             break
         model = nxt
         count += 1
-    used = group([(j, f, s, p) for (j, f), (s, p) in model.items()])
+    used = group([(j, f, *m) for (j, f), m in model.items()])
     if used is None:
         return None
     return count, used
@@ -194,12 +216,12 @@ def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tup
         tried += 1
         found = _run(units, u, v - u)
         if found is not None:
-            count, strides = found
+            count, slots = found
             lo, hi = units.span(u, v - u)
             saving = (count - 1) * (hi - lo) - 1
             # the innermost period first: outer passes nest it into the larger ones
             if saving > 0 and (best is None or saving > PREFER * best[0]):
-                best = (saving, v - u, count, strides)
+                best = (saving, v - u, count, slots)
         v = nxt[v]
     return best
 
@@ -236,14 +258,31 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
             out_labels += labels[lo:hi]
             u += 1
             continue
-        _, period, count, strides = best
+        _, period, count, slots = best
         lo, hi = units.span(u, period)
-        out.append(loop_instr(count, hi - lo, strides))
+        body, body_labels = instrs[lo:hi], labels[lo:hi]
+        nested = _nested_run(body, body_labels, count, slots)
+        if nested is not None:
+            body, body_labels, slots = nested
+        out.append(loop_instr(count, len(body), slots))
         out_labels.append(labels[lo])
-        out += instrs[lo:hi]
-        out_labels += labels[lo:hi]
+        out += body
+        out_labels += body_labels
         u += period * count
     return out, out_labels
+
+
+NEST_FROM = 4  # body instructions from which a found run's body is rerolled on its own
+
+
+def _nested_run(body: list[Instr], labels: list[str], count: int, slots: tuple[Slot, ...]):
+    """(body, labels, slots) of a run with its flat body's own repetitions rerolled inside it
+    (the tiles of a layer repeat at two levels: reduction blocks inside output tiles), or None
+    when the body has none, or has LOOPs already (an outer pass nests those)."""
+    if len(body) < NEST_FROM or any(i.op == "LOOP" for i in body):
+        return None
+    nested = _nested_body(body, labels, list(strides(loop_instr(count, len(body), slots))))
+    return nested or None
 
 
 # ------------------------------------------------------------------------------ known loops
@@ -267,7 +306,7 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
 
     def flush() -> None:
         if plain:
-            r, rl = reroll(plain, plain_labs)
+            r, rl = reroll(plain, plain_labs, check=False)  # the whole program is checked below
             out.extend(r)
             labs.extend(rl)
             plain.clear()
@@ -337,7 +376,7 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
     moved = _delta(first, instrs[lo + body:lo + 2 * body], most)
     if moved is None:
         return None
-    model = {k: [s, 0] for k, s in moved.items()}
+    model = {k: [s, 0, 0] for k, s in moved.items()}
     count = 2
     while count < left and count < MAX_ITERATIONS:
         b = lo + count * body
@@ -348,7 +387,7 @@ def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: in
         if nxt is None:
             break
         model, count = nxt, count + 1
-    return count, [(j, f, s, p) for (j, f), (s, p) in model.items()]
+    return count, [(j, f, *m) for (j, f), m in model.items()]
 
 
 def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, count: int, moves: list):
@@ -367,18 +406,18 @@ def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: 
     return count, list(first), body_labels, slots
 
 
-def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int]]):
+def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int, int]]):
     """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
     moves still fit (every instruction an encoded one stands for moves alike); None when the
     body has no repetition of its own, False when it has but the outer moves do not fit."""
     from npuc.isa.loops import expand
 
     by_flat: dict[int, list] = {}
-    for j, f, s, p in moves:
-        by_flat.setdefault(j, []).append((f, s, p))
+    for j, *move in moves:
+        by_flat.setdefault(j, []).append(tuple(move))
     # the outer moves ride on the labels, so that inner loops only gather instructions that move alike
     keyed = [(label, tuple(sorted(by_flat.get(j, ())))) for j, label in enumerate(labels)]
-    inner, inner_keys = reroll(first, keyed)
+    inner, inner_keys = reroll(first, keyed, check=False)  # checked against the body below
     if len(inner) >= len(first):
         return None
     inner_labs = [k[0] for k in inner_keys]
@@ -390,7 +429,7 @@ def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[in
         per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
     if any(len(v) > 1 for v in per.values()):
         return False
-    encoded_moves = [(e, f, s, p) for e, v in per.items() for f, s, p in next(iter(v))]
+    encoded_moves = [(e, *move) for e, v in per.items() for move in next(iter(v))]
     slots = group(encoded_moves)
     if slots is None:
         return False

@@ -76,12 +76,20 @@ class OnChip:
 
 
 class _Counter:
-    """An emitter that only counts: the DMAs' bytes per tensor (ranges of the synthetic placement)."""
+    """An emitter that only counts: the DMAs' bytes per tensor (ranges of the synthetic placement).
 
-    def __init__(self, target: Any, ranges: list[tuple[int, int, str]], bursts: dict[str, int]) -> None:
+    ``streamed``: the constants whose byte-wise loads into the scratchpad the program reads as
+    streams (a target with a weight decoder: ``npuc.codegen.weight_compression`` stores each
+    block's bytes as one contiguous run, compressed or raw), counted as that run in whole
+    bursts, not as the strided runs of the raw layout (as ``npuc.schedule.transfers.as_streams``
+    prices them)."""
+
+    def __init__(self, target: Any, ranges: list[tuple[int, int, str]], bursts: dict[str, int],
+                 streamed: frozenset[str] = frozenset()) -> None:
         self.target = target
         self.ranges = ranges
         self.bursts = bursts
+        self.streamed = streamed
         self.starts = [r[0] for r in ranges]
         self.n = 0
         self.loads: dict[str, int] = {}
@@ -107,7 +115,11 @@ class _Counter:
             name = self.ranges[i][2] if i >= 0 and mv.addr < self.ranges[i][1] else "?"
             d = get_def(op)
             dram = next(r for r in d.regions(build_args(d, fields)) if r.mem is Mem.dram)
-            nbytes = dram.burst_bytes(self.bursts.get(name, 1))  # what the memory moves: whole bursts
+            burst = self.bursts.get(name, 1)
+            if op == "DMA_LOAD" and name in self.streamed and mv.esize == 1 and mv.on_spad:
+                nbytes = -(-mv.nbytes // burst) * burst  # one contiguous run (a stream is never larger)
+            else:
+                nbytes = dram.burst_bytes(burst)  # what the memory moves: whole bursts
             table = self.loads if op == "DMA_LOAD" else self.stores
             table[name] = table.get(name, 0) + nbytes
             self.elements[name] = self.elements.get(name, 0) + mv.nbytes // mv.esize
@@ -162,7 +174,8 @@ def kernel_traffic(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict) -
     placed = relocate_kernel(k, offs)
     plan = impl.plan(placed, t)
     ranges = sorted((offs[n], offs[n] + buffers[n].nbytes, n) for n in offs)
-    c = _Counter(t, ranges, {n: m.target.memory(mem).burst_bytes for n, mem in mem_of.items()})
+    streamed = frozenset(n for n in offs if buffers[n].kind == CONSTANT) if m.target.weight_decoder is not None else frozenset()
+    c = _Counter(t, ranges, {n: m.target.memory(mem).burst_bytes for n, mem in mem_of.items()}, streamed)
     impl.emit(placed, plan, c)
     per_mem: dict[str, list[int]] = {}
     for table, side in ((c.loads, 0), (c.stores, 1)):

@@ -282,3 +282,55 @@ def decode_program(data: bytes) -> list[Instr]:
     if reason:
         raise BinaryFormatError(f"code section: {reason}")
     return instrs
+
+
+_LAYOUT: dict[int, tuple] = {}
+
+
+def _layout(opcode: int) -> tuple | None:
+    """(definition, mask length bits, (bits, short bits) per field) of an opcode, or None."""
+    d = def_by_opcode(opcode)
+    if d is None:
+        return None
+    hit = _LAYOUT.get(opcode)
+    if hit is None or hit[0] is not d:
+        hit = _LAYOUT[opcode] = (d, _len_bits(d), tuple((f.bits, _short_bits(f)) for f in d.fields))
+    return hit
+
+
+def uses_loop_phases(data: bytes) -> bool:
+    """Whether a LOOP of a code section writes a phase (a field that a LOOP without phases
+    never writes: they follow every other field, so the mask reaches them only then).  Walks
+    the instruction lengths without decoding the fields; a stream that does not parse is left
+    to :func:`decode_program` to refuse (this answers False there)."""
+    loop = get_def("LOOP")
+    first_phase = next(k for k, f in enumerate(loop.fields) if f.name.startswith("ph"))
+    seen: set[int] = set()
+    offset, end = 0, len(data)
+    while offset < end:
+        lay = _layout(data[offset])
+        if lay is None:
+            return False
+        d, lb, fields = lay
+        word = int.from_bytes(data[offset:offset + max_bytes(d)], "little")
+        length = word >> HEADER_BITS & ((1 << lb) - 1)
+        if length > len(fields):
+            return False
+        if d is loop and length > first_phase:
+            return True
+        mask = word >> (HEADER_BITS + lb) & ((1 << length) - 1)
+        pos = HEADER_BITS + lb + length
+        ref = d.opcode in seen
+        k = 0
+        while mask:
+            if mask & 1:
+                bits, short = fields[k]
+                if ref and short:
+                    pos += 1 + (short if word >> pos & 1 else bits)
+                else:
+                    pos += bits
+            mask >>= 1
+            k += 1
+        seen.add(d.opcode)
+        offset += -(-pos // 8)
+    return False

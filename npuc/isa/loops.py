@@ -1,10 +1,12 @@
 """``LOOP``: a body of instructions repeated with address strides, and its expansion.
 
-``LOOP n=N body=B i0=J d0=D r0=R f0=F p0=P s0=S ...`` repeats the next ``B`` instructions ``N``
-times.  In iteration ``k`` (from 0) field number ``F`` (in definition order) of body
-instructions ``J, J+D, ..., J+(R-1)*D`` (0 = the instruction right after the LOOP) has ``k * S``
-added to its encoded value -- ``(k mod P) * S`` when the slot has a period ``P`` (a buffer that
-alternates between two or three places: double buffering) -- for each of the :data:`SLOTS`
+``LOOP n=N body=B i0=J d0=D r0=R f0=F p0=P s0=S ... ph0=H ...`` repeats the next ``B``
+instructions ``N`` times.  In iteration ``k`` (from 0) field number ``F`` (in definition order)
+of body instructions ``J, J+D, ..., J+(R-1)*D`` (0 = the instruction right after the LOOP) has
+``k * S`` added to its encoded value -- ``((k + H) mod P - H) * S`` when the slot has a period
+``P`` and a phase ``H < P`` (a buffer that rotates between two or more places, double or triple
+buffering, and starts the loop at place ``H`` of the rotation: the body as written is always
+iteration 0) -- for each of the :data:`SLOTS`
 stride slots whose stride is not 0 (one slot moves, say, the address of every weight load of
 the body).  Unused slots cost no bits in the encoding (fields at their default are left out:
 :mod:`npuc.isa.encoding`).  Bodies nest: a LOOP inside a body is part
@@ -30,16 +32,27 @@ STEP_BITS = BODY_BITS
 COUNT_BITS = BODY_BITS
 FIELD_INDEX_BITS = 5
 PERIOD_BITS = 3
+PHASE_BITS = PERIOD_BITS
 MAX_STRIDE = (1 << (STRIDE_BITS - 1)) - 1
 MAX_BODY = (1 << BODY_BITS) - 1
 MAX_STEP = (1 << STEP_BITS) - 1
 MAX_COUNT = (1 << COUNT_BITS) - 1
 MAX_PERIOD = (1 << PERIOD_BITS) - 1
 SLOT_FIELDS = "idrfps"  # the fields of stride slot k: i{k}, d{k}, r{k}, f{k}, p{k}, s{k}
+PHASE_FIELD = "ph"  # ph{k}: the phase of slot k, listed after every slot's other fields (a LOOP without
+# phases then encodes exactly as before they existed: npuc.isa.encoding leaves trailing defaults out)
 
 
-# (first body offset, step, count, field index, stride, period: 0 = none)
-Slot = tuple[int, int, int, int, int, int]
+# (first body offset, step, count, field index, stride, period: 0 = none, phase)
+Slot = tuple[int, int, int, int, int, int, int]
+
+
+def slot_offset(k: int, stride: int, period: int = 0, phase: int = 0) -> int:
+    """What a slot adds to its fields in iteration ``k``: ``k * stride``, or with a period
+    ``((k + phase) mod period - phase) * stride`` (0 in iteration 0, whatever the phase)."""
+    if not period:
+        return k * stride
+    return ((k + phase) % period - phase) * stride
 
 
 def slots(ins: Instr) -> tuple[Slot, ...]:
@@ -50,13 +63,18 @@ def slots(ins: Instr) -> tuple[Slot, ...]:
         s = getattr(a, f"s{k}")
         if s:
             out.append((getattr(a, f"i{k}"), getattr(a, f"d{k}"), getattr(a, f"r{k}"), getattr(a, f"f{k}"), s,
-                        getattr(a, f"p{k}")))
+                        getattr(a, f"p{k}"), getattr(a, f"{PHASE_FIELD}{k}")))
     return tuple(out)
 
 
-def strides(ins: Instr) -> tuple[tuple[int, int, int, int], ...]:
-    """The (body offset, field index, stride, period) of every strided field of a LOOP's body."""
-    return tuple((j + m * d, f, s, p) for j, d, r, f, s, p in slots(ins) for m in range(r))
+def strides(ins: Instr) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The (body offset, field index, stride, period, phase) of every strided field of a LOOP's body."""
+    return tuple((j + m * d, f, s, p, h) for j, d, r, f, s, p, h in slots(ins) for m in range(r))
+
+
+def uses_phase(instrs: Sequence[Instr]) -> bool:
+    """Whether a LOOP of the program has a slot with a phase (a feature of format 3.3)."""
+    return any(i.op == "LOOP" and any(sl[6] for sl in slots(i)) for i in instrs)
 
 
 def strided_field_problem(ins: Instr, index: int) -> str | None:
@@ -90,7 +108,7 @@ def loop_problem(instrs: Sequence[Instr]) -> str | None:
         if end > limit:
             return f"the body of the LOOP at instruction {i} ({ins.args.body} instructions) runs past " + (
                 "the body of the LOOP around it" if ends else "the last instruction before END")
-        for j, f, _, _ in strides(ins):
+        for j, f, *_ in strides(ins):
             if j >= ins.args.body:
                 return f"LOOP at instruction {i}: stride on body instruction {j}, but the body has {ins.args.body}"
             reason = strided_field_problem(instrs[i + 1 + j], f)
@@ -154,9 +172,9 @@ def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: lis
                 inner = delta
             else:
                 inner = {j: dict(v) for j, v in delta.items() if body_lo <= j < body_hi}
-                for j, f, s, p in moved:
+                for j, f, s, p, h in moved:
                     fields = inner.setdefault(body_lo + j, {})
-                    fields[f] = fields.get(f, 0) + (k % p if p else k) * s
+                    fields[f] = fields.get(f, 0) + slot_offset(k, s, p, h)
             _expand(instrs, body_lo, body_hi, inner, out, origin)
         i = body_hi
 
@@ -186,38 +204,40 @@ def loop_instr(n: int, body: int, used: Sequence[Slot]) -> Instr:
     if len(used) > SLOTS:
         raise FieldError(f"a LOOP has {SLOTS} stride slots, {len(used)} asked")
     fields = {"n": n, "body": body}
-    for k, (j, d, r, f, s, p) in enumerate(used):
-        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p})
+    for k, (j, d, r, f, s, p, h) in enumerate(used):
+        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p, f"{PHASE_FIELD}{k}": h})
     return Instr.make("LOOP", **fields)
 
 
 def group(moves: Sequence[tuple[int, ...]]) -> tuple[Slot, ...] | None:
-    """Slots for (body offset, field index, stride[, period]) moves: moves of the same field by
-    the same stride and period at evenly spaced offsets share a slot.  None when more than
-    :data:`SLOTS` are needed or a stride or period does not fit its field."""
-    by_key: dict[tuple[int, int, int], list[int]] = {}
+    """Slots for (body offset, field index, stride[, period[, phase]]) moves: moves of the same
+    field by the same stride, period and phase at evenly spaced offsets share a slot.  None when
+    more than :data:`SLOTS` are needed or a stride, period or phase does not fit its field."""
+    by_key: dict[tuple[int, int, int, int], list[int]] = {}
     for j, f, s, *rest in moves:
         p = rest[0] if rest else 0
-        if not -MAX_STRIDE - 1 <= s <= MAX_STRIDE or p > MAX_PERIOD:
+        h = rest[1] if len(rest) > 1 else 0
+        if not -MAX_STRIDE - 1 <= s <= MAX_STRIDE or p > MAX_PERIOD or (h and not 0 < h < p):
             return None
-        by_key.setdefault((f, s, p), []).append(j)
+        by_key.setdefault((f, s, p, h), []).append(j)
     out: list[Slot] = []
-    for (f, s, p), js in sorted(by_key.items(), key=lambda kv: (min(kv[1]), kv[0])):
+    for (f, s, p, h), js in sorted(by_key.items(), key=lambda kv: (min(kv[1]), kv[0])):
         js.sort()
         i = 0
         while i < len(js):
             if i + 1 == len(js):
-                out.append((js[i], 1, 1, f, s, p))
+                out.append((js[i], 1, 1, f, s, p, h))
                 break
             d = js[i + 1] - js[i]
             r = 2
             while i + r < len(js) and js[i + r] - js[i + r - 1] == d and r < MAX_COUNT:
                 r += 1
-            out.append((js[i], d, r, f, s, p))
+            out.append((js[i], d, r, f, s, p, h))
             i += r
         if len(out) > SLOTS:
             return None
     return tuple(sorted(out))
 
 
-__all__ = ["SLOTS", "MAX_BODY", "MAX_PERIOD", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slots", "strides"]
+__all__ = ["SLOTS", "MAX_BODY", "MAX_PERIOD", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slot_offset",
+           "slots", "strides", "uses_phase"]

@@ -87,6 +87,7 @@ MAGIC = b"\x89NPUB\r\n\x1a"
 FORMAT_VERSION = (3, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 3: variable-length instructions, LOOP periods
 HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x readers skip the section
 WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
+LOOP_PHASE_VERSION = (3, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -167,7 +168,10 @@ class Npub:
 
     @property
     def format_version(self) -> tuple[int, int]:
-        """The version this container is written as: the oldest that has every section it holds."""
+        """The version this container is written as: the oldest that has every section and
+        instruction feature it holds."""
+        if _code_uses_loop_phases(self.code_segments):
+            return LOOP_PHASE_VERSION
         if self.weight_streams is not None:
             return WEIGHT_STREAMS_VERSION
         return HOST_CODE_VERSION if self.host_code else FORMAT_VERSION
@@ -287,6 +291,15 @@ def _pack_header(c: Container, name: bytes, header_size: int, file_size: int, ta
 
 
 # ------------------------------------------------------------------------------------- read
+
+
+def _code_uses_loop_phases(programs: Sequence[bytes]) -> bool:
+    """Whether a program writes a LOOP phase (format 3.3); False without the ISA package."""
+    try:
+        from npuc.isa.encoding import uses_loop_phases
+    except ImportError:
+        return False
+    return any(uses_loop_phases(p) for p in programs)
 
 
 def _fail(source: str | None, where: str, text: str) -> BinaryFormatError:
@@ -530,6 +543,9 @@ def load_npub(
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None
+    if c.version < LOOP_PHASE_VERSION and _code_uses_loop_phases(n.code_segments):
+        raise _fail(source, "CODE section", f"a program has LOOP slots with a phase, which exist from format "
+                    f"{LOOP_PHASE_VERSION[0]}.{LOOP_PHASE_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")
     validate_npub(n, source, counts)
     if expected_target is not None:
         check_fits_target(n, expected_target, source)

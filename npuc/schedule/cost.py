@@ -459,7 +459,8 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int
         w_loads = WB * CB if t.w_slots >= WB * CB else T * NB * CB
     else:
         x_loads = S * CB if t.x_slots >= S * CB else S * NB * CB
-        w_loads = WB * CB if (CB == 1 or t.w_slots >= WB * CB) else T * NB * CB
+        # one channel block's weight blocks of every reduction block held: each loaded once
+        w_loads = WB * CB if (CB == 1 or t.w_slots >= CB) else T * NB * CB
     comp = epi = store = 0
     ox0 = xs[len(xs) // 2][0]
     ths = Counter(r.th for r in rts)

@@ -122,15 +122,16 @@ def _bands(p: ArrayProblem, th: int, tc: int, unfold: bool) -> list[tuple[int, i
 
 def candidates(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> list[ArrayTiling]:
     """Candidate tilings, before the fit check (deterministic order).  Past ``MAX_CANDIDATES``
-    the sweep is cut evenly across reduction blocks (their lists are interleaved), so that no
-    block size is dropped whole.  ``whole_bursts``: reduction blocks of whole DRAM bursts only
-    (see ``_reduction_blocks``)."""
+    the sweep is cut evenly across reduction blocks and output-channel widths (the list of
+    each pair is interleaved), so that no block size or width is dropped whole.
+    ``whole_bursts``: reduction blocks of whole DRAM bursts only (see ``_reduction_blocks``)."""
     unfolds = [False, True] if can_unfold(p) else [False]
     flows = [f for f in Dataflow if target.supports_dataflow(f) and (f is Dataflow.weight_stationary or can_os(p))]
     per_block: list[list[ArrayTiling]] = []
     for tc in _reduction_blocks(target, p, whole_bursts):
-        out: list[ArrayTiling] = []
         for tn in reversed(_widths(target, p)):
+            out: list[ArrayTiling] = []
+            per_block.append(out)
             for acc_slots in (2, 1):
                 for th, tw in _shapes(target, p, tn, acc_slots, narrow=not whole_bursts):
                     for unfold in unfolds:
@@ -142,7 +143,6 @@ def candidates(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> li
                                 for flow in flows:
                                     out.append(ArrayTiling(th, tw, tn, tc, order, unfold, x_slots=x_slots, dataflow=flow,
                                                            acc_slots=acc_slots, band=band))
-        per_block.append(out)
     mixed = [t for group in itertools.zip_longest(*per_block) for t in group if t is not None]
     return mixed[:MAX_CANDIDATES]
 
@@ -189,6 +189,7 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
         t = replace(t, w_slots=n_w)
     if n_x > 2 and fp.spad(replace(t, x_slots=n_x)) <= size:
         t = replace(t, x_slots=n_x)
+    t = _per_block_buffers(p, t, size, fp, n_w, n_x)
     if n_w == 1:
         t = replace(t, w_slots=1)
     n_c = len(blocks(p.c, t.tc))
@@ -199,6 +200,44 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTilin
     if n_x == 1:
         t = replace(t, x_slots=1)
     return t
+
+
+def _per_block_buffers(p: ArrayProblem, t: ArrayTiling, size: int, fp, n_w: int, n_x: int) -> ArrayTiling:
+    """When the operand the loop order reuses is not resident whole, hold one reuse's worth of
+    it: every reduction block of one output-channel block's weights (``n_outer``: the weights
+    are then read once, the input once per channel block) or of one input tile (``m_outer``:
+    the input is read once), plus one buffer so that the next block loads beside the compute."""
+    n_c = len(blocks(p.c, t.tc))
+    if n_c < 2:
+        return t
+    if t.order == "n_outer" and t.w_slots < n_w:
+        field = "w_slots"
+    elif t.order == "m_outer" and t.x_slots < n_x and t.band_rows == t.th:
+        field = "x_slots"
+    else:
+        return t
+    for slots in (n_c + 1, n_c):
+        if slots > getattr(t, field) and fp.spad(replace(t, **{field: slots})) <= size:
+            return replace(t, **{field: slots})
+    return t
+
+
+def shorter_variant(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling | None:
+    """An ``n_outer`` tiling whose weight blocks of every reduction block do not fit beside its
+    input tiles, with shorter row tiles until they do (halving ``th`` at most three times): the
+    weights are then read once instead of once per output tile.  None when nothing changes."""
+    n_c = len(blocks(p.c, t.tc))
+    if t.order != "n_outer" or n_c < 2 or t.w_slots >= n_c or t.unfold:
+        return None
+    th = t.th
+    for _ in range(3):
+        th = max(1, th // 2)
+        v = _with_buffers(target, p, replace(t, th=th, band=0, x_slots=2, w_slots=2))
+        if v.w_slots >= n_c:
+            return v
+        if th == 1:
+            break
+    return None
 
 
 def tail_variants(target: Target, p: ArrayProblem, t: ArrayTiling) -> list[ArrayTiling]:
@@ -262,14 +301,26 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     return hit
 
 
+def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling]):
+    """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
+    ``shorter_variant`` when it has one."""
+    for t in sweep:
+        t = _with_buffers(target, p, t)
+        yield t
+        v = shorter_variant(target, p, t)
+        if v is not None:
+            yield v
+
+
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     ranked: list[tuple] = []
     smallest: tuple[int, int] | None = None
     for sweep in (candidates, part_burst_candidates, small_candidates):
-        for t in sweep(target, p):
-            if not _expressible(t):
+        seen: set[ArrayTiling] = set()
+        for t in _with_shorter(target, p, sweep(target, p)):
+            if not _expressible(t) or t in seen:
                 continue
-            t = _with_buffers(target, p, t)
+            seen.add(t)
             fp = footprint(p, t)
             spad, acc = fp.spad(t), fp.acc
             if smallest is None or (spad, acc) < smallest:

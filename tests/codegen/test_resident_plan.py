@@ -225,3 +225,20 @@ def test_flash_weights_read_again_are_staged_in_sram_on_u55():
     # the plain compile now keeps these weights whole in the scratchpad (read once); the on-chip
     # plan, which shrinks the scratchpad, must not read them more often than that
     assert flash[True] <= flash[False] and flash[True] <= 1.1 * weights
+
+
+def test_weight_loads_are_counted_as_streams_on_a_target_with_a_weight_decoder():
+    """The planner's byte count of a k-major weight block (16-channel runs, 64 B apart) on
+    u55-like-256: as the one contiguous run the weight decoder's streams make of it, not a
+    128-byte flash burst for every 16-byte run; activations keep their strided runs."""
+    from npuc.codegen.resident_plan import _Counter
+
+    t = load_target("u55-like-256")
+    load = dict(esize=1, dram_addr=0, local_addr=0, n0=16, n1=64, n2=9, dram_s0=1, dram_s1=64, dram_s2=4096,
+                local_s1=16, local_s2=1024)
+    raw = _Counter(t, [(0, 36864, "w")], {"w": 128})
+    streamed = _Counter(t, [(0, 36864, "w")], {"w": 128}, frozenset({"w"}))
+    raw.emit("DMA_LOAD", **load)
+    streamed.emit("DMA_LOAD", **load)
+    assert streamed.loads["w"] == 16 * 64 * 9  # 9216 B: 72 whole bursts
+    assert raw.loads["w"] == 64 * 9 * 128  # a burst per run

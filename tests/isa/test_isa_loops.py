@@ -5,7 +5,7 @@ import pytest
 
 from npuc.errors import AsmError, BinaryFormatError, SimulationError
 from npuc.isa import assemble, decode_program
-from npuc.isa.instr import FieldError, Program
+from npuc.isa.instr import FieldError, Instr, Program
 from npuc.isa.loops import expand, group, loop_instr, loop_problem
 from npuc.runtime.sim import simulate
 from npuc.targets import load_target
@@ -61,10 +61,13 @@ def test_nested_loops_and_outer_strides_into_an_inner_body():
 def test_grouped_slots_move_every_other_instruction():
     moves = [(1, 2, 64), (3, 2, 64), (5, 2, 64), (0, 4, 8)]
     (a, b) = group(moves)
-    assert a == (0, 1, 1, 4, 8, 0) and b == (1, 2, 3, 2, 64, 0)
+    assert a == (0, 1, 1, 4, 8, 0, 0) and b == (1, 2, 3, 2, 64, 0, 0)
     assert len(group([(j, 2, 10 + j) for j in range(16)])) == 16
     assert group([(j, 2, 10 + j) for j in range(17)]) is None  # seventeen different strides: too many
-    assert group([(0, 2, 64, 2), (1, 2, 64, 0)]) == ((0, 1, 1, 2, 64, 2), (1, 1, 1, 2, 64, 0))  # periods apart
+    assert group([(0, 2, 64, 2), (1, 2, 64, 0)]) == ((0, 1, 1, 2, 64, 2, 0), (1, 1, 1, 2, 64, 0, 0))  # periods apart
+    assert group([(0, 2, 64, 3, 1), (1, 2, 64, 3, 0)]) == ((0, 1, 1, 2, 64, 3, 1), (1, 1, 1, 2, 64, 3, 0))  # phases apart
+    assert group([(0, 2, 64, 3, 3)]) is None  # a phase below its period
+    assert group([(0, 2, 64, 0, 1)]) is None  # a phase needs a period
 
 
 def test_a_slot_with_a_period_alternates_between_buffers():
@@ -119,3 +122,65 @@ def test_a_program_that_expands_past_the_simulators_limit_is_refused_before_it_e
     assert dynamic_count(list(p)) == 65535 * 65535 + 1 > MAX_DYNAMIC
     with pytest.raises(SimulationError, match=r"expand to 4,294,836,226 instructions, more than the simulator's"):
         simulate(p, MID, dram_size=64)
+
+
+def test_a_phase_starts_a_rotation_in_its_middle():
+    # a triple-buffered load that starts the loop at the second buffer (phase 1) and one at the
+    # third (phase 2): iteration 0 is the body as written, whatever the phase
+    text = """
+    LOOP n=7 body=2 i0=0 f0=3 p0=3 s0=0x100 ph0=1 i1=1 f1=3 p1=3 s1=0x100 ph1=2
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0x100 n0=16
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0x200 n0=16
+    END
+    """
+    p = assemble(text)
+    dyn, origin = expand(list(p))
+    assert [i.args.local_addr for i in dyn[:-1:2]] == [0x100, 0x200, 0x0, 0x100, 0x200, 0x0, 0x100]
+    assert [i.args.local_addr for i in dyn[1:-1:2]] == [0x200, 0x0, 0x100, 0x200, 0x0, 0x100, 0x200]
+    assert origin[:4] == [1, 2, 1, 2]
+    assert decode_program(p.encode()) == list(p)
+    # the text form names the phase, and reads back to the same instruction
+    assert "ph0=1" in str(p[0]) and assemble(f"{p[0]}\n{p[1]}\n{p[2]}\nEND")[0] == p[0]
+
+
+@pytest.mark.parametrize("slot,match", [
+    ("i0=0 f0=3 p0=3 s0=0x100 ph0=3", "phase 3 but period 3"),
+    ("i0=0 f0=3 s0=0x100 ph0=1", "phase 1 but no period"),
+    ("ph0=1", "unused .* or a phase"),
+])
+def test_a_phase_must_fit_its_period(slot, match):
+    with pytest.raises((AsmError, FieldError), match=match):
+        assemble(f"LOOP n=2 body=1 {slot}\nDMA_LOAD esize=1 dram_addr=0 local_addr=0 n0=16\nEND")
+
+
+PINNED_LOOP_BYTES = "03008e71b400200086000200000410000000"  # its bytes before the phases existed
+
+
+def test_a_loop_without_phases_keeps_its_bytes():
+    # the phases are listed after every slot: a LOOP that uses none writes no mask bit for them
+    from npuc.isa.encoding import encode_instr
+
+    ins = assemble("LOOP n=5 body=1 i0=0 f0=3 p0=2 s0=0x100 i1=0 f1=2 s1=0x40\nDMA_LOAD esize=1 dram_addr=0 "
+                   "local_addr=0 n0=16\nEND")[0]
+    assert encode_instr(ins).hex() == PINNED_LOOP_BYTES
+    phased = Instr(ins.op, ins.args._replace(ph0=1), ins.deps)
+    assert len(encode_instr(phased)) > len(encode_instr(ins))
+
+
+def test_the_simulator_runs_a_phased_rotation():
+    # three tiles through a triple-buffered scratchpad, starting at its last buffer (phase 2)
+    rolled = assemble("""
+    LOOP n=3 body=2 i0=0 f0=2 s0=64 i1=0 f1=3 p1=3 ph1=2 s1=0x100 i2=1 f2=3 p2=3 ph2=2 s2=0x100 i3=1 f3=2 s3=64
+    DMA_LOAD esize=1 dram_addr=0 local_addr=0x200 n0=64 signal=store
+    DMA_STORE esize=1 dram_addr=0x1000 local_addr=0x200 n0=64 wait=load
+    END
+    """)
+    dyn, _ = expand(list(rolled))
+    assert [i.args.local_addr for i in dyn[:-1]] == [0x200, 0x200, 0x0, 0x0, 0x100, 0x100]
+    data = (np.arange(192) - 96).astype(np.int8)
+    image = np.zeros(0x2000, np.uint8)
+    image[:192] = data.view(np.uint8)
+    r = simulate(rolled, MID, image)
+    np.testing.assert_array_equal(np.frombuffer(r.dram, np.int8, 192, 0x1000), data)
+    plain = simulate(Program(tuple(dyn)), MID, image)
+    assert (plain.total_cycles, plain.actions, plain.dram) == (r.total_cycles, r.actions, r.dram)

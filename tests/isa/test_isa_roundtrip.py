@@ -66,7 +66,8 @@ def loop_values(draw):
         r = draw(st.integers(1, body - i))
         d = draw(st.integers(1, max(1, (body - 1 - i) // max(1, r - 1))))
         values.update({f"i{k}": i, f"r{k}": r, f"d{k}": d, f"f{k}": draw(st.integers(0, 31)),
-                       f"p{k}": draw(st.sampled_from([0, *range(2, MAX_PERIOD + 1)])),
+                       f"p{k}": (p := draw(st.sampled_from([0, *range(2, MAX_PERIOD + 1)]))),
+                       f"ph{k}": draw(st.integers(0, max(0, p - 1))),
                        f"s{k}": draw(st.integers(-(1 << 31), (1 << 31) - 1).filter(bool))})
     return values
 
@@ -119,6 +120,19 @@ def test_program_roundtrip(data):
     assert list(p2) == prog
     assert disassemble(p2) == text
     assert p2.encode() == raw
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_phase_scan_walks_every_instruction_length(data):
+    # uses_loop_phases finds instruction boundaries without decoding: over any stream of
+    # instructions (LOOPs with and without phases among them) it answers what decoding would
+    from npuc.isa.encoding import uses_loop_phases
+    from npuc.isa.loops import uses_phase
+
+    kinds = data.draw(st.lists(st.sampled_from([d for d in DEFS if d.name != "END"]), min_size=1, max_size=10))
+    seq = [data.draw(instrs(d)) for d in kinds]
+    assert uses_loop_phases(encode_program(seq)) == uses_phase(seq)
 
 
 @settings(max_examples=400, deadline=None)

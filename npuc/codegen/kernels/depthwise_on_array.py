@@ -10,7 +10,8 @@ with as many lanes, but it needs no add step and leaves the vector unit to the e
 runs beside the next tile's MATMULs.  ``DepthwiseKernel.plan`` builds both tile programs and
 keeps the one the cost model finds cheaper, per layer.
 
-Layout.  Tiles are (image, channel block, output rows), channel blocks outer.  The weights are
+Layout.  Tiles are (image, channel block, output rows, output columns: all of them, or column
+tiles when a tile of every column holds few rows), channel blocks outer.  The weights are
 loaded once tap-major (as for the vector kernel).  The diagonal tiles ``[taps][blocks][kb][kb]``
 are zero-filled once; for each channel block their diagonals are copied from the weights (one
 strided VUN per tap group).  Per tile: input rows into a padded buffer (``fetch_padded``, borders
@@ -35,7 +36,7 @@ from npuc.codegen.epilogue import (
     Tile,
     alloc_epilogue,
     apply_epilogue,
-    channels_last_block,
+    channels_last_rows,
     dma_nd,
     emit_acc_to_tile,
     emit_bias_requant,
@@ -45,7 +46,7 @@ from npuc.codegen.epilogue import (
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernels.vector_common import fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap, pipeline
 from npuc.codegen.tile_builder import TileBuilder
 from npuc.isa.enums import Dataflow, DType
 from npuc.kir.kernel import Kernel
@@ -63,6 +64,7 @@ class ArrayDepthwisePlan:
     chans: int
     kh: int
     kw: int
+    cols: int = 0  # output columns per tile (0: all of them)
 
 
 def _r(n: int) -> int:
@@ -82,10 +84,11 @@ def array_problem(k: Kernel, target) -> str | None:
     return None
 
 
-def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
+def _geometry(k: Kernel, rows: int, cols: int = 0) -> tuple[int, int]:
+    """(input rows, padded width) of a tile of ``rows`` output rows and ``cols`` columns (0: all)."""
     a = k.attrs
     kh, kw = k.inputs[1].shape[2:]
-    ow = k.output.shape[3]
+    ow = cols or k.output.shape[3]
     return (rows - 1) * a.stride[0] + (kh - 1) * a.dilation[0] + 1, (ow - 1) * a.stride[1] + (kw - 1) * a.dilation[1] + 1
 
 
@@ -100,10 +103,10 @@ def _fixed_spad(k: Kernel, chans: int, kb: int) -> int:
     return fixed
 
 
-def _set_spad(k: Kernel, rows: int, chans: int) -> int:
+def _set_spad(k: Kernel, rows: int, chans: int, cols: int = 0) -> int:
     es = k.dtype.size
-    rin, wp = _geometry(k, rows)
-    ow = k.output.shape[3]
+    rin, wp = _geometry(k, rows, cols)
+    ow = cols or k.output.shape[3]
     return (_r(rin * wp * chans * es) + _r(rows * ow * chans * es)
             + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1))
 
@@ -111,7 +114,9 @@ def _set_spad(k: Kernel, rows: int, chans: int) -> int:
 def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
     """The tilings worth costing: all channels per tile, and blocks of 2 and 4 array widths of
     channels, each with as many output rows as the scratchpad and accumulator allow (wide
-    blocks make fewer tiles, narrow ones longer MATMULs; the cost model decides)."""
+    blocks make fewer tiles, narrow ones longer MATMULs; the cost model decides), every column
+    per tile and, when a tile of every column holds few rows (its input rows overlap, read two
+    or three times), in column tiles shaped to read the least input per output."""
     if array_problem(k, target):
         return []
     kb = _block(target)
@@ -128,6 +133,21 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
         if rows:
             rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (ow * chans * k.dtype.size)))
             out.append(ArrayDepthwisePlan(rows, chans, *k.inputs[1].shape[2:]))
+
+        def fits_q(r: int, q: int, ch: int = chans) -> int:
+            over_acc = ACC_TILES * _r(r * q * ch * 4) > acc
+            return spad + 1 if over_acc else _fixed_spad(k, ch, kb) + NSETS * _set_spad(k, r, ch, q)
+
+        def read(r: int, q: int) -> float:
+            rin, wp = _geometry(k, r, q)
+            return rin * wp / (r * q)
+
+        tilings = column_tilings(fits_q, spad, min(oh, MAX_COUNT), ow, read)
+        if tilings and (not rows or read(*tilings[0]) < 0.9 * read(rows, 0 or ow)):
+            r, q = tilings[0]
+            tiles = -(-ow // q) * -(-c // chans)
+            r = overlap_cap(n * oh * tiles, r, max(1, 2048 // (q * chans * k.dtype.size)))
+            out.append(ArrayDepthwisePlan(r, chans, *k.inputs[1].shape[2:], q))
     return out
 
 
@@ -144,7 +164,8 @@ def array_program(k: Kernel, p: ArrayDepthwisePlan, target) -> TileProgram:
     """The schedule of depthwise kernel ``k`` on the array at tiling ``p``, as data."""
     tb = TileBuilder(target, k)
     _ArrayDepthwise(k, p, tb).run()
-    return tb.finish(f"{p.rows} output rows x {p.chans} channels on the array", p)
+    cols = f" x {p.cols} columns" if p.cols else ""
+    return tb.finish(f"{p.rows} output rows{cols} x {p.chans} channels on the array", p)
 
 
 class _ArrayDepthwise:
@@ -161,8 +182,9 @@ class _ArrayDepthwise:
         self.int8 = not k.dtype.is_float
         self.kb = _block(tb.target)
         self.nblk = -(-p.chans // self.kb)
-        self.rin, self.wp = _geometry(k, p.rows)
-        es, ow = self.es, self.ow
+        self.rin, self.wp = _geometry(k, p.rows, p.cols)
+        self.qw = p.cols or self.ow  # output columns of a full tile
+        es, ow = self.es, self.qw
         self.wbuf = tb.alloc(self.taps * self.c * es, "weights")
         self.diag = tb.alloc(self.taps * self.nblk * self.kb * self.kb * es, "diagonal weights")
         if self.int8:
@@ -175,8 +197,8 @@ class _ArrayDepthwise:
             bufs = alloc_epilogue(tb, k.epilogue, p.rows * ow, p.chans, k.dtype, col_dim=1)
             self.sets.append((ibuf, obuf, bufs))
         self.accs = [tb.alloc(p.rows * ow * p.chans * 4, f"accumulator {i}", mem="acc") for i in range(ACC_TILES)]
-        self.tiles = [(b, c0, o0) for b in range(self.n) for c0 in range(0, self.c, p.chans)
-                      for o0 in range(0, self.oh, p.rows)]
+        self.tiles = [(b, c0, o0, q0) for b in range(self.n) for c0 in range(0, self.c, p.chans)
+                      for o0 in range(0, self.oh, p.rows) for q0 in range(0, self.ow, self.qw)]
         self.loaded: dict[int, tuple] = {}
 
     def run(self) -> None:
@@ -194,20 +216,31 @@ class _ArrayDepthwise:
         pipeline(len(self.tiles), self.fetch, self.compute, NSETS, tb)
 
     def _view(self, i: int) -> tuple[int, int, int, int, int, int]:
-        b, c0, o0 = self.tiles[i]
+        """Tile i: (image, first channel, first output row, rows, channels, flat index of its
+        first output pixel); its columns are :meth:`_cols`."""
+        b, c0, o0, q0 = self.tiles[i]
         nr, nc = min(self.p.rows, self.oh - o0), min(self.p.chans, self.c - c0)
-        return b, c0, o0, nr, nc, (b * self.oh + o0) * self.ow
+        return b, c0, o0, nr, nc, (b * self.oh + o0) * self.ow + q0
+
+    def _cols(self, i: int) -> tuple[int, int, int]:
+        """Tile i's first output column, its columns and the width of its input rows."""
+        a = self.k.attrs
+        q0 = self.tiles[i][3]
+        nq = min(self.qw, self.ow - q0)
+        return q0, nq, (nq - 1) * a.stride[1] + (self.kw - 1) * a.dilation[1] + 1
 
     def fetch(self, i: int) -> None:
         a = self.k.attrs
         b, c0, o0, nr, nc, r0 = self._view(i)
+        q0, nq, wp = self._cols(i)
         ibuf, _, bufs = self.sets[i % NSETS]
         rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
         pad = float(self.k.quant.in_zero_point) if self.int8 else 0.0
-        fetch_padded(self.tb, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1],
-                     ibuf, pad)
-        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_block(t, r0, nr * self.ow, c0, nc))
-        self.loaded[i] = load_epilogue_operands(self.tb, self.k.epilogue, bufs, blocks, nr * self.ow, nc)
+        left = q0 * a.stride[1] - a.padding[1]  # input column of the tile's first window
+        fetch_padded(self.tb, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, wp, max(0, -left),
+                     ibuf, pad, max(0, left))
+        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_rows(t, r0, nr, self.ow, nq, c0, nc))
+        self.loaded[i] = load_epilogue_operands(self.tb, self.k.epilogue, bufs, blocks, nr * nq, nc)
 
     def _diagonals(self, c0: int, nc: int) -> None:
         """Copy the weights of channels c0 .. c0+nc onto the diagonals of the tap tiles."""
@@ -226,13 +259,14 @@ class _ArrayDepthwise:
                        "src": (self.wbuf + (c0 + full * kb) * es, (self.c * es, es))}, op="copy", dtype=dt)
 
     def compute(self, i: int) -> None:
-        a, k, tb, es, ow = self.k.attrs, self.k, self.tb, self.es, self.ow
+        a, k, tb, es = self.k.attrs, self.k, self.tb, self.es
         b, c0, o0, nr, nc, r0 = self._view(i)
+        _, ow, wp = self._cols(i)  # this tile's output columns
         ibuf, obuf, _ = self.sets[i % NSETS]
         acc = self.accs[i % ACC_TILES]
         if i == 0 or self._view(i - 1)[1] != c0:
             self._diagonals(c0, nc)
-        row_s, px_s = self.wp * nc * es, nc * es
+        row_s, px_s = wp * nc * es, nc * es
         dt = k.dtype.name
         kb = self.kb
         # taps outer, channel blocks inner: the blocks of a tap are evenly strided (one LOOP body),
@@ -256,4 +290,4 @@ class _ArrayDepthwise:
         else:
             emit_acc_to_tile(tb, Tile(acc, nr * ow, nc, DType.fp32, space="acc"), tile)
         apply_epilogue(tb, k.epilogue, tile, self.loaded.pop(i))
-        store_pieces(tb, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
+        store_pieces(tb, tile, channels_last_rows(k.output, r0, nr, self.ow, ow, c0, nc))

@@ -111,16 +111,17 @@ def overlap_cap(n: int, fit: int, min_tile: int) -> int:
 
 
 def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin: int, wp: int, pl: int,
-                 buf: int, fill: float) -> None:
+                 buf: int, fill: float, x0: int = 0) -> None:
     """Load input rows ``top .. top+rin`` (may reach outside 0..H) of image ``b``, channels
     ``c0 .. c0+nc``, of a channels-last ``[N, C, H, W]`` tensor into ``buf`` laid out
-    ``[rin][wp][nc]`` with the image at column ``pl``; every cell outside the image (padding,
+    ``[rin][wp][nc]`` with input column ``x0`` at column ``pl`` (a tile of columns: ``x0`` its
+    first input column, ``pl`` the padding left of it); every cell outside the image (padding,
     and whatever a ceil-mode window reaches) is filled with ``fill`` by VFILL, only where this
     block has such cells.  Input columns past the last window are not loaded."""
     from npuc.codegen.epilogue import dma_nd, f32
 
     h = x.shape[2]
-    w = min(x.shape[3], wp - pl)  # columns no window reaches are not loaded
+    w = max(0, min(x.shape[3] - x0, wp - pl))  # columns no window reaches are not loaded
     es = x.dtype.size
     dt = x.dtype.name
     row_s, px_s = wp * nc * es, nc * es
@@ -134,9 +135,28 @@ def fetch_padded(em: Any, x: DramTensor, b: int, c0: int, nc: int, top: int, rin
     for r0, r1 in ((top, lo), (max(hi, top), top + rin)):
         if r1 > r0:
             em.emit("VFILL", dtype=dt, n0=wp * nc, n1=r1 - r0, dst=buf + (r0 - top) * row_s, value=value)
-    if hi > lo:
-        dma_nd(em, "DMA_LOAD", x.offset((b, c0, lo, 0)), (hi - lo, w, nc), (x.strides[2], x.strides[3], x.strides[1]),
+    if hi > lo and w > 0:
+        dma_nd(em, "DMA_LOAD", x.offset((b, c0, lo, x0)), (hi - lo, w, nc), (x.strides[2], x.strides[3], x.strides[1]),
                buf + (lo - top) * row_s + pl * px_s, (row_s, px_s, es), es)
+
+
+def column_tilings(fits: Callable[[int, int], int], budget: int, rows_limit: int, width: int,
+                   read: Callable[[int, int], float]) -> list[tuple[int, int]]:
+    """(rows, columns) of output tiles cut into balanced column tiles (two or more), for each
+    number of column tiles the one with the most rows that ``fits(rows, cols) <= budget``; the
+    best by ``read(rows, cols)`` (input read per output pixel: the windows' overlap) first.
+    Empty when no tile fits."""
+    out: list[tuple[float, int, int, int]] = []
+    for parts in range(2, width + 1):
+        cols = -(-width // parts)
+        if -(-width // (parts - 1)) == cols:
+            continue
+        rows = largest_fitting(lambda r: fits(r, cols), budget, rows_limit)
+        if rows:
+            out.append((read(rows, cols), parts, rows, cols))
+        if rows >= rows_limit:
+            break
+    return [(r, c) for _, _, r, c in sorted(out)]
 
 
 def pipeline(n: int, fetch: Callable[[int], None], compute: Callable[[int], None], sets: int, b: Any = None) -> None:

@@ -1,6 +1,8 @@
 """``depthwise_conv2d``: one kh x kw filter per channel (groups = C = O), on the vector unit.
 
-Channels-last tensors.  A tile is a block of output rows of one image and a block of channels.
+Channels-last tensors.  A tile is a block of output rows of one image, of output columns (all of
+them, or column tiles when a row of every channel does not fit: cutting the channels instead
+would make every pixel's run shorter than a burst) and of channels.
 Its input rows land in a scratchpad buffer ``[rows][padded width][channels]`` whose padding
 border is zero-filled by VFILL (only where the tile has one).  The weights are loaded once,
 tap-major (``[kh*kw][C]``: ``constant_layout`` asks the packer for that order, so the load is one
@@ -33,7 +35,7 @@ from npuc.codegen.epilogue import (
     emit_bias_requant,
     alloc_epilogue,
     apply_epilogue,
-    channels_last_block,
+    channels_last_rows,
     dma_nd,
     epilogue_blocks,
     epilogue_spad_bytes,
@@ -49,6 +51,7 @@ from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.codegen.kernels.vector_common import (
+    column_tilings,
     dtype_problem,
     fetch_padded,
     largest_fitting,
@@ -70,17 +73,19 @@ class DepthwisePlan:
     rows: int
     chans: int
     expand: bool
+    cols: int = 0  # output columns per tile (0: all of them)
 
 
 def _r(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
-    """(input rows, padded width) a tile of ``rows`` output rows reads."""
+def _geometry(k: Kernel, rows: int, cols: int = 0) -> tuple[int, int]:
+    """(input rows, padded width) a tile of ``rows`` output rows and ``cols`` output columns
+    (0: all) reads."""
     a = k.attrs
     (kh, kw), (sy, sx), (dy, dx) = _kernel_hw(k), a.stride, a.dilation
-    ow = k.output.shape[3]
+    ow = cols or k.output.shape[3]
     return (rows - 1) * sy + (kh - 1) * dy + 1, (ow - 1) * sx + (kw - 1) * dx + 1
 
 
@@ -93,21 +98,21 @@ def _acc_size(k: Kernel) -> int:
     return k.dtype.size if k.dtype.is_float else 4
 
 
-def _set_bytes(k: Kernel, rows: int, chans: int) -> int:
+def _set_bytes(k: Kernel, rows: int, chans: int, cols: int = 0) -> int:
     es = k.dtype.size
-    rin, wp = _geometry(k, rows)
-    ow = k.output.shape[3]
+    rin, wp = _geometry(k, rows, cols)
+    ow = cols or k.output.shape[3]
     out = rows * ow * chans * es
     acc = 0 if k.dtype.is_float else _r(rows * ow * chans * 4)  # int8: int32 sums beside the int8 tile
     return _r(rin * wp * chans * es) + _r(out) + acc + epilogue_spad_bytes(k.epilogue, rows * ow, chans, k.dtype, col_dim=1)
 
 
-def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool) -> int:
+def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool, cols: int = 0) -> int:
     """Weights (plain or repeated along a row) and the product scratch tile (fp16), or the bias
     and REQUANT records (int8), shared by all sets."""
     es = k.dtype.size
     kh, kw = _kernel_hw(k)
-    ow = k.output.shape[3]
+    ow = cols or k.output.shape[3]
     c = k.inputs[0].shape[1]
     w = kh * kw * c * es + (kh * kw * ow * chans * es if expand else 0)
     if not k.dtype.is_float:
@@ -166,15 +171,48 @@ class DepthwiseKernel:
     def alternatives(self, kernel: Kernel, target) -> list[Plan]:
         """Every schedule worth costing for this layer: the vector unit's, then the array's
         (not built when even the array's MATMUL cycles alone would exceed the vector estimate)."""
-        vector = self._vector_plan(kernel, target)
+        vectors = self._vector_plans(kernel, target)
+        vector = min(vectors, key=lambda p: p.est_cycles)
         if array_matmul_cycles(kernel, target) >= vector.est_cycles:
-            return [vector]
-        return [vector] + [
+            return vectors
+        return vectors + [
             tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
-                      f"{p.rows} output rows x {p.chans} channels per tile, one diagonal weight tile per tap",
+                      f"{p.rows} output rows{f' x {p.cols} columns' if p.cols else ''} x {p.chans} channels per tile, "
+                      f"one diagonal weight tile per tap",
                       array_program(kernel, p, target), target)
             for p in array_tilings(kernel, target)
         ]
+
+    def _vector_plans(self, kernel: Kernel, target) -> list[Plan]:
+        """The vector unit's schedule with every column per tile (channels halved until a row
+        fits), and, when that cuts the channels, with every channel in column tiles."""
+        first = self._vector_plan(kernel, target)
+        c, ow = kernel.inputs[0].shape[1], kernel.output.shape[3]
+        full = min(c, MAX_COUNT)
+        if first.details.choice.chans >= full:
+            return [first]
+        size = target.scratchpad.size_bytes
+        expand = kernel.attrs.stride[1] == 1
+
+        def fits(r: int, q: int) -> int:
+            grow = expand and _fixed_bytes(kernel, 1, full, True, q) - _fixed_bytes(kernel, 1, full, False, q) <= size // _EXPAND_SHARE
+            return NSETS * _set_bytes(kernel, r, full, q) + _fixed_bytes(kernel, r, full, grow, q)
+
+        def read(r: int, q: int) -> float:
+            rin, wp = _geometry(kernel, r, q)
+            return rin * wp / (r * q)
+
+        tilings = column_tilings(fits, size, min(kernel.output.shape[2], MAX_COUNT), ow, read)
+        if not tilings:
+            return [first]
+        rows, cols = tilings[0]
+        grow = expand and _fixed_bytes(kernel, 1, full, True, cols) - _fixed_bytes(kernel, 1, full, False, cols) <= size // _EXPAND_SHARE
+        kh, kw = _kernel_hw(kernel)
+        summary = (f"depthwise {kh}x{kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]}, {rows} output rows x "
+                   f"{cols} columns x {full} channels per tile, "
+                   f"{'fp16 multiply-add' if kernel.dtype.is_float else 'int8 mac into int32'} per tap"
+                   f"{', weights repeated along rows' if grow else ''}")
+        return [first, tile_plan(summary, self.program(kernel, DepthwisePlan(rows, full, grow, cols), target), target)]
 
     def _vector_plan(self, kernel: Kernel, target) -> Plan:
         x, out = kernel.inputs[0], kernel.output
@@ -225,10 +263,11 @@ class _Emission:
         self.oh, self.ow = k.output.shape[2], k.output.shape[3]
         self.kh, self.kw = _kernel_hw(k)
         self.es = k.dtype.size
-        self.rin, self.wp = _geometry(k, p.rows)
+        self.rin, self.wp = _geometry(k, p.rows, p.cols)
+        self.qw = p.cols or self.ow  # output columns of a full tile
         # a TileBuilder names the buffers; a plain emitter (a caller's own program) gets an arena
         arena = em if hasattr(em, "alloc") else SramArena("scratchpad", em.target.scratchpad.size_bytes, owner=k.name)
-        es, ow = self.es, self.ow
+        es, ow = self.es, self.qw
         self.wbuf = arena.alloc(self.kh * self.kw * self.c * es, "weights")
         self.wexp = arena.alloc(self.kh * self.kw * ow * p.chans * es, "repeated weights") if p.expand else None
         self.int8 = not k.dtype.is_float
@@ -244,7 +283,8 @@ class _Emission:
             sums = arena.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if self.int8 else None
             bufs = alloc_epilogue(arena, k.epilogue, p.rows * ow, p.chans, k.dtype, col_dim=1)
             self.sets.append((ibuf, acc, bufs, sums))
-        self.tiles = [(b, o0, c0) for b in range(self.n) for o0 in range(0, self.oh, p.rows) for c0 in range(0, self.c, p.chans)]
+        self.tiles = [(b, o0, q0, c0) for b in range(self.n) for o0 in range(0, self.oh, p.rows)
+                      for q0 in range(0, self.ow, self.qw) for c0 in range(0, self.c, p.chans)]
         self.loaded: dict[int, tuple] = {}
 
     def run(self) -> None:
@@ -258,22 +298,34 @@ class _Emission:
         pipeline(len(self.tiles), self.fetch, self.compute, NSETS, self.em if hasattr(self.em, "at") else None)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
-        b, o0, c0 = self.tiles[i]
-        return b, o0, c0, min(self.p.rows, self.oh - o0), min(self.p.chans, self.c - c0), (b * self.oh + o0) * self.ow
+        """Tile i: (image, first output row, first channel, rows, channels, flat index of its
+        first output pixel); its columns are :meth:`_cols`."""
+        b, o0, q0, c0 = self.tiles[i]
+        return b, o0, c0, min(self.p.rows, self.oh - o0), min(self.p.chans, self.c - c0), (b * self.oh + o0) * self.ow + q0
+
+    def _cols(self, i: int) -> tuple[int, int, int]:
+        """Tile i's first output column, its columns and the width of its input rows."""
+        a = self.k.attrs
+        q0 = self.tiles[i][2]
+        nq = min(self.qw, self.ow - q0)
+        return q0, nq, (nq - 1) * a.stride[1] + (self.kw - 1) * a.dilation[1] + 1
 
     def fetch(self, i: int) -> None:
         a = self.k.attrs
         b, o0, c0, nr, nc, r0 = self._block(i)
+        q0, nq, wp = self._cols(i)
         ibuf, _, bufs, _ = self.sets[i % NSETS]
         rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
         pad = float(self.k.quant.in_zero_point) if self.int8 else 0.0  # int8 padding holds the zero point
-        fetch_padded(self.em, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, self.wp, a.padding[1], ibuf, pad)
-        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_block(t, r0, nr * self.ow, c0, nc))
-        self.loaded[i] = load_epilogue_operands(self.em, self.k.epilogue, bufs, blocks, nr * self.ow, nc)
+        left = q0 * a.stride[1] - a.padding[1]  # input column of the tile's first window
+        fetch_padded(self.em, self.k.inputs[0], b, c0, nc, o0 * a.stride[0] - a.padding[0], rin, wp, max(0, -left), ibuf,
+                     pad, max(0, left))
+        blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_rows(t, r0, nr, self.ow, nq, c0, nc))
+        self.loaded[i] = load_epilogue_operands(self.em, self.k.epilogue, bufs, blocks, nr * nq, nc)
 
     def _expand_weights(self, c0: int, nc: int) -> None:
         """Repeat each tap's channel weights along an output row (once per channel block)."""
-        es, ow = self.es, self.ow
+        es, ow = self.es, self.qw
         taps = self.kh * self.kw
         vector_nd(self.em, "VUN", (taps, ow, nc),
                   {"dst": (self.wexp, (ow * nc * es, nc * es, es)), "src": (self.wbuf + c0 * es, (self.c * es, 0, es))},
@@ -281,15 +333,16 @@ class _Emission:
 
     def compute(self, i: int) -> None:
         a = self.k.attrs
-        k, em, es, ow = self.k, self.em, self.es, self.ow
+        k, em, es = self.k, self.em, self.es
         b, o0, c0, nr, nc, r0 = self._block(i)
+        _, ow, wp = self._cols(i)  # this tile's output columns
         ibuf, acc, _, sums = self.sets[i % NSETS]
         if self.p.expand and (i == 0 or self._block(i - 1)[2] != c0):
             self._expand_weights(c0, nc)
         if self.int8:
             self._compute_int8(i, ibuf, acc, sums)
             return
-        row_s, px_s = self.wp * nc * es, nc * es
+        row_s, px_s = wp * nc * es, nc * es
         shape = (nr, ow, nc)
         out_str = (ow * nc * es, nc * es, es)
         dt = k.dtype.name
@@ -298,7 +351,7 @@ class _Emission:
             src = ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s
             src_str = (a.stride[0] * row_s, a.stride[1] * px_s, es)
             if self.p.expand:
-                wt = (self.wexp + t * ow * nc * es, (0, nc * es, es))
+                wt = (self.wexp + t * self.qw * nc * es, (0, nc * es, es))
             else:
                 wt = (self.wbuf + (t * self.c + c0) * es, (0, 0, es))
             dst = acc if t == 0 else self.tmp
@@ -308,10 +361,10 @@ class _Emission:
                           op="add", dtype=dt)
         tile = Tile(acc, nr * ow, nc, k.dtype)
         apply_epilogue(em, k.epilogue, tile, self.loaded.pop(i))
-        store_pieces(em, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
+        store_pieces(em, tile, channels_last_rows(k.output, r0, nr, self.ow, ow, c0, nc))
 
     def _tap_weights(self, t: int, c0: int, nc: int) -> tuple[int, tuple[int, int, int]]:
-        es, ow = self.es, self.ow
+        es, ow = self.es, self.qw
         if self.p.expand:
             return self.wexp + t * ow * nc * es, (0, nc * es, es)
         return self.wbuf + (t * self.c + c0) * es, (0, 0, es)
@@ -319,9 +372,10 @@ class _Emission:
     def _compute_int8(self, i: int, ibuf: int, out: int, sums: int) -> None:
         """int8: int32 sums start at the folded bias, one widening VBIN mac per tap adds
         x * w exactly, REQUANT per channel writes the int8 tile."""
-        a, k, em, es, ow = self.k.attrs, self.k, self.em, self.es, self.ow
+        a, k, em, es = self.k.attrs, self.k, self.em, self.es
         b, o0, c0, nr, nc, r0 = self._block(i)
-        row_s, px_s = self.wp * nc * es, nc * es
+        _, ow, wp = self._cols(i)  # this tile's output columns
+        row_s, px_s = wp * nc * es, nc * es
         shape = (nr, ow, nc)
         sum_str = (ow * nc * 4, nc * 4, 4)
         vector_nd(em, "VUN", shape, {"dst": (sums, sum_str), "src": (self.bias + c0 * 4, (0, 0, 4))},
@@ -337,7 +391,7 @@ class _Emission:
         emit_bias_requant(em, Tile(sums, nr * ow, nc, DType.int32), tile, None, self.records + c0 * 8,
                           q.out_zero_point, q.qmin, q.qmax)
         apply_epilogue(em, k.epilogue, tile, self.loaded.pop(i))
-        store_pieces(em, tile, channels_last_block(k.output, r0, nr * ow, c0, nc))
+        store_pieces(em, tile, channels_last_rows(k.output, r0, nr, self.ow, ow, c0, nc))
 
 
 register_kernel(DepthwiseKernel())

@@ -1,14 +1,19 @@
 """``pool2d``: max and average pooling windows on the vector unit (channels-last tensors).
 
-Windowed pools: a tile is a block of output rows of one image and a block of channels.  The input
-rows it needs are loaded into a scratchpad buffer laid out ``[rows][padded width][channels]``;
+Windowed pools: a tile is a block of output rows of one image, of output columns and of
+channels.  The input rows it needs are loaded into a scratchpad buffer laid out
+``[rows][padded width][channels]``;
 the padding border (and the cells a ``ceil_mode`` window reaches past it) is filled by VFILL with
 -inf (max) or 0 (avg), only where this tile has one; one VPOOL then computes every window of the
 tile.  An average multiplies the window sums by the reciprocal of the divisor: the window size,
 the count of cells inside the padded input (``count_include_pad``) or the count of real input
 cells, or ``divisor_override``.  The divisor of output (oh, ow) is a product of a row count and a
 column count that differ only near the borders, so one VUN ``muls`` covers each rectangle of
-equal divisors (one for a pool without padding).  Tiles alternate between two buffer sets.
+equal divisors (one for a pool without padding).  Tiles alternate between buffer sets.  When a
+row of every channel does not fit the scratchpad, the plan either cuts the channels (each pixel's
+run then moves part of a burst for nothing: 16 int8 channels in a 128-byte burst move 8x their
+bytes) or keeps them and cuts the columns (the windows' overlap is read twice); the cost model
+(:func:`npuc.schedule.vector_cost.program_cycles`, burst-rounded transfers) picks.
 
 Global pools (a window the size of the whole input, no padding) use VREDUCE down the pixel
 column of each channel instead (any size; VPOOL windows are at most 15 x 15), accumulating in
@@ -60,6 +65,10 @@ class PoolPlan:
     rows: int
     chans: int
     chunk: int
+    cols: int = 0  # output columns per tile (0: all of them)
+
+    def tile_cols(self, ow: int) -> int:
+        return self.cols or ow
 
 
 def _round(n: int) -> int:
@@ -73,18 +82,20 @@ def is_global_pool(k: Kernel) -> bool:
     return (oh, ow) == (1, 1) and tuple(a.kernel) == (h, w) and tuple(a.padding) == (0, 0)
 
 
-def _geometry(k: Kernel, rows: int) -> tuple[int, int]:
-    """(input rows, padded width) of a tile of ``rows`` output rows."""
+def _geometry(k: Kernel, rows: int, cols: int = 0) -> tuple[int, int]:
+    """(input rows, padded width) of a tile of ``rows`` output rows and ``cols`` output columns
+    (0: all)."""
     a: PoolAttrs = k.attrs
-    ow = k.output.shape[3]
+    ow = cols or k.output.shape[3]
     return (rows - 1) * a.stride[0] + a.kernel[0], (ow - 1) * a.stride[1] + a.kernel[1]
 
 
-def _tile_bytes(k: Kernel, rows: int, chans: int) -> int:
+def _tile_bytes(k: Kernel, rows: int, chans: int, cols: int = 0) -> int:
     es = k.dtype.size
-    rin, wp = _geometry(k, rows)
-    sums = _round(rows * k.output.shape[3] * chans * 4) if _int8_avg(k) else 0
-    return _round(rin * wp * chans * es) + _round(rows * k.output.shape[3] * chans * es) + sums
+    rin, wp = _geometry(k, rows, cols)
+    ow = cols or k.output.shape[3]
+    sums = _round(rows * ow * chans * 4) if _int8_avg(k) else 0
+    return _round(rin * wp * chans * es) + _round(rows * ow * chans * es) + sums
 
 
 def _int8_avg(k: Kernel) -> bool:
@@ -177,7 +188,7 @@ class PoolKernel:
         return None
 
     def plan(self, kernel: Kernel, target) -> Plan:
-        x, out = kernel.inputs[0], kernel.output
+        x = kernel.inputs[0]
         n, c, h, w = x.shape
         es = kernel.dtype.size
         budget = target.scratchpad.size_bytes // NSETS
@@ -191,21 +202,19 @@ class PoolKernel:
             chunk = overlap_cap(n * h * w * -(-c // chans), chunk, max(1, 4096 // (chans * es)))
             summary = f"global {kernel.attrs.kind} pool by VREDUCE, {chunk} pixels x {chans} channels per step"
             return tile_plan(summary, self.program(kernel, PoolPlan(True, 1, chans, chunk), target), target)
-        oh = out.shape[2]
-        chans = min(c, MAX_COUNT)
-        while chans > 1 and _tile_bytes(kernel, 1, chans) > budget:
-            chans = -(-chans // 2)
-        rows = largest_fitting(lambda r: _tile_bytes(kernel, r, chans), budget, min(oh, MAX_COUNT))
-        if rows == 0:
-            raise CompileError(
-                f"kernel '{kernel.name}': one pooled row needs {_tile_bytes(kernel, 1, 1)} bytes, "
-                f"more than {budget} of scratchpad"
-            )
-        rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (out.shape[3] * chans * es)))
+        plans = [(self._window_plan(kernel, target, p), p) for p in _window_tilings(kernel, budget)]
+        fastest = min(plan.est_cycles for plan, _ in plans)
+        # among the nearly fastest, the one that reads the fewest bytes (the first on a tie)
+        burst = _burst_bytes(kernel.inputs[0], target)
+        return min((x for x in plans if x[0].est_cycles <= fastest * (1 + CYCLE_SLACK)),
+                   key=lambda x: _input_bytes(kernel, x[1], burst))[0]
+
+    def _window_plan(self, kernel: Kernel, target, p: PoolPlan) -> Plan:
         a: PoolAttrs = kernel.attrs
-        summary = (f"{a.kind} pool {a.kernel[0]}x{a.kernel[1]}/{a.stride[0]}x{a.stride[1]}, {rows} output rows x "
-                   f"{chans} channels per tile")
-        return tile_plan(summary, self.program(kernel, PoolPlan(False, rows, chans, 0), target), target)
+        cols = f" x {p.cols} columns" if p.cols else ""
+        summary = (f"{a.kind} pool {a.kernel[0]}x{a.kernel[1]}/{a.stride[0]}x{a.stride[1]}, {p.rows} output rows{cols} x "
+                   f"{p.chans} channels per tile")
+        return tile_plan(summary, self.program(kernel, p, target), target)
 
     def emit(self, kernel: Kernel, plan: Plan, em) -> None:
         emit_program(planned_program(kernel, plan, em.target, self.program), em)
@@ -217,7 +226,80 @@ class PoolKernel:
             _global(kernel, p, tb)
             return tb.finish(f"{p.chunk} pixels x {p.chans} channels", p)
         _windows(kernel, p, tb)
-        return tb.finish(f"{p.rows} output rows x {p.chans} channels", p)
+        cols = f" x {p.cols} columns" if p.cols else ""
+        return tb.finish(f"{p.rows} output rows{cols} x {p.chans} channels", p)
+
+
+CYCLE_SLACK = 0.01  # plans this close to the fastest count as fast: the fewest bytes read wins
+
+
+def _burst_bytes(x, target) -> int:
+    w = target.window_at(x.addr)
+    return w.memory.burst_bytes if w is not None else target.dma.burst_bytes
+
+
+def _input_bytes(k: Kernel, p: PoolPlan, burst: int) -> int:
+    """Bytes the input loads of windowed plan ``p`` move: each pixel's run of a tile's channels
+    in whole bursts (a run may start mid-burst: taken as aligned), rows and columns clipped to
+    the image."""
+    a: PoolAttrs = k.attrs
+    n, c, h, w = k.inputs[0].shape
+    oh, ow = k.output.shape[2:]
+    qw, es = p.tile_cols(ow), k.dtype.size
+    total = 0
+    for o0 in range(0, oh, p.rows):
+        nr = min(p.rows, oh - o0)
+        top = o0 * a.stride[0] - a.padding[0]
+        rows = min(top + (nr - 1) * a.stride[0] + a.kernel[0], h) - max(top, 0)
+        for q0 in range(0, ow, qw):
+            nq = min(qw, ow - q0)
+            left = q0 * a.stride[1] - a.padding[1]
+            cols = min(left + (nq - 1) * a.stride[1] + a.kernel[1], w) - max(left, 0)
+            for c0 in range(0, c, p.chans):
+                run = min(p.chans, c - c0) * es
+                total += max(rows, 0) * max(cols, 0) * -(-run // burst) * burst
+    return n * total
+
+
+def _window_tilings(k: Kernel, budget: int) -> list[PoolPlan]:
+    """The windowed tilings worth costing: every column, with channels halved until a row
+    fits; and, when that cuts the channels, every channel in tiles of rows and columns (balanced
+    widths) shaped to read the least input per output (the windows' overlap)."""
+    n, c = k.inputs[0].shape[:2]
+    oh, ow = k.output.shape[2:]
+    es = k.dtype.size
+    full = min(c, MAX_COUNT)
+    chans = full
+    while chans > 1 and _tile_bytes(k, 1, chans) > budget:
+        chans = -(-chans // 2)
+    rows = largest_fitting(lambda r: _tile_bytes(k, r, chans), budget, min(oh, MAX_COUNT))
+    if rows == 0:
+        raise CompileError(
+            f"kernel '{k.name}': one pooled row needs {_tile_bytes(k, 1, 1)} bytes, more than {budget} of scratchpad"
+        )
+    rows = overlap_cap(n * oh * -(-c // chans), rows, max(1, 2048 // (ow * chans * es)))
+    out = [PoolPlan(False, rows, chans, 0)]
+    if chans < full:
+        best = None
+        for parts in range(1, ow + 1):  # column tiles of balanced widths, as few as fit
+            cols = -(-ow // parts)
+            if parts > 1 and -(-ow // (parts - 1)) == cols:
+                continue
+            rows = largest_fitting(lambda r: _tile_bytes(k, r, full, cols), budget, min(oh, MAX_COUNT))
+            if rows == 0:
+                continue
+            rin, wp = _geometry(k, rows, cols)
+            read = (rin * wp / (rows * cols), parts)  # input read per output pixel: the overlap
+            if best is None or read < best[0]:
+                best = (read, rows, cols)
+            if rows >= min(oh, MAX_COUNT):
+                break
+        if best is not None:
+            _, rows, cols = best
+            tiles = -(-ow // cols) * -(-c // full)
+            rows = overlap_cap(n * oh * tiles, rows, max(1, 2048 // (cols * full * es)))
+            out.append(PoolPlan(False, rows, full, 0, cols if cols < ow else 0))
+    return out
 
 
 def _global(k: Kernel, p: PoolPlan, em) -> None:
@@ -323,40 +405,50 @@ def _windows(k: Kernel, p: PoolPlan, em) -> None:
     (kh, kw), (sy, sx), (pt, pl) = a.kernel, a.stride, a.padding
     int8_avg = _int8_avg(k)
     fill = float("-inf") if a.kind == "max" else float(k.quant.in_zero_point) if int8_avg else 0.0
-    rin_max, wp = _geometry(k, p.rows)
-    sets = [(em.alloc(rin_max * wp * p.chans * es, f"input {i}"), em.alloc(p.rows * ow * p.chans * es, f"output {i}"),
-             em.alloc(p.rows * ow * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
+    qw = p.tile_cols(ow)
+    rin_max, wp_max = _geometry(k, p.rows, qw)
+    sets = [(em.alloc(rin_max * wp_max * p.chans * es, f"input {i}"), em.alloc(p.rows * qw * p.chans * es, f"output {i}"),
+             em.alloc(p.rows * qw * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
             for i in range(NSETS)]
     records = load_records(em, k)
     divisors = record_divisors(a, (h, w), (oh, ow)) if int8_avg else ()
     include = a.count_include_pad
     hc = _counts(oh, sy, pt, h, kh, include)
     wc = _counts(ow, sx, pl, w, kw, include)
-    tiles = [(b, o0, c0) for b in range(n) for o0 in range(0, oh, p.rows) for c0 in range(0, c, p.chans)]
+    tiles = [(b, o0, q0, c0) for b in range(n) for o0 in range(0, oh, p.rows) for q0 in range(0, ow, qw)
+             for c0 in range(0, c, p.chans)]
+
+    def extent(i: int) -> tuple[int, int, int, int, int, int, int]:
+        """Tile i: (image, first output row, rows, first output column, columns, first channel,
+        channels)."""
+        b, o0, q0, c0 = tiles[i]
+        return b, o0, min(p.rows, oh - o0), q0, min(qw, ow - q0), c0, min(p.chans, c - c0)
 
     def fetch(i: int) -> None:
-        """Borders and input rows of tile i."""
-        b, o0, c0 = tiles[i]
-        nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
-        fetch_padded(em, x, b, c0, nc, o0 * sy - pt, (nr - 1) * sy + kh, wp, pl, sets[i % NSETS][0], fill)
+        """Borders and input rows of tile i: its columns' windows, the padding left of the
+        first one (a first column tile) in local columns."""
+        b, o0, nr, q0, nq, c0, nc = extent(i)
+        left = q0 * sx - pl  # input column of the tile's first window
+        fetch_padded(em, x, b, c0, nc, o0 * sy - pt, (nr - 1) * sy + kh, (nq - 1) * sx + kw, max(0, -left),
+                     sets[i % NSETS][0], fill, max(0, left))
 
     def pool(i: int) -> None:
-        b, o0, c0 = tiles[i]
-        nr, nc = min(p.rows, oh - o0), min(p.chans, c - c0)
+        b, o0, nr, q0, nq, c0, nc = extent(i)
         ibuf, obuf, sums = sets[i % NSETS]
+        wp = (nq - 1) * sx + kw
         row_s, px_s = wp * nc * es, nc * es
         if int8_avg:
-            em.emit("VPOOL", op="sum", dtype=dt, out_dtype="int32", c=nc, ow=ow, oh=nr, kh=kh, kw=kw, sy=sy, sx=sx,
-                    src=ibuf, src_sx=px_s, src_sy=row_s, dst=sums, dst_sx=nc * 4, dst_sy=ow * nc * 4)
-            _requant_windows(em, k, sums, obuf, nr, ow, nc, hc[o0:o0 + nr], wc, records, divisors)
+            em.emit("VPOOL", op="sum", dtype=dt, out_dtype="int32", c=nc, ow=nq, oh=nr, kh=kh, kw=kw, sy=sy, sx=sx,
+                    src=ibuf, src_sx=px_s, src_sy=row_s, dst=sums, dst_sx=nc * 4, dst_sy=nq * nc * 4)
+            _requant_windows(em, k, sums, obuf, nr, nq, nc, hc[o0:o0 + nr], wc[q0:q0 + nq], records, divisors)
         else:
-            em.emit("VPOOL", op="max" if a.kind == "max" else "sum", dtype=dt, out_dtype=dt, c=nc, ow=ow, oh=nr,
+            em.emit("VPOOL", op="max" if a.kind == "max" else "sum", dtype=dt, out_dtype=dt, c=nc, ow=nq, oh=nr,
                     kh=kh, kw=kw, sy=sy, sx=sx, src=ibuf, src_sx=px_s, src_sy=row_s, dst=obuf, dst_sx=px_s,
-                    dst_sy=ow * px_s)
+                    dst_sy=nq * px_s)
         if a.kind == "avg" and not int8_avg:
-            _scale(em, dt, obuf, nr, ow, nc, es, hc[o0:o0 + nr], wc, a.divisor_override)
-        dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, 0)), (nr, ow, nc), (out.strides[2], out.strides[3], out.strides[1]),
-               obuf, (ow * px_s, px_s, es), es)
+            _scale(em, dt, obuf, nr, nq, nc, es, hc[o0:o0 + nr], wc[q0:q0 + nq], a.divisor_override)
+        dma_nd(em, "DMA_STORE", out.offset((b, c0, o0, q0)), (nr, nq, nc), (out.strides[2], out.strides[3], out.strides[1]),
+               obuf, (nq * px_s, px_s, es), es)
 
     pipeline(len(tiles), fetch, pool, NSETS, em)
 

@@ -6,7 +6,19 @@ from npuc.isa.actions import Actions
 from npuc.isa.enums import Queue, Unit
 from npuc.isa.fields import count, sint, uint
 from npuc.isa.instr import InstrDef, register
-from npuc.isa.loops import BODY_BITS, COUNT_BITS, FIELD_INDEX_BITS, MAX_BODY, PERIOD_BITS, SLOT_FIELDS, SLOTS, STEP_BITS, STRIDE_BITS
+from npuc.isa.loops import (
+    BODY_BITS,
+    COUNT_BITS,
+    FIELD_INDEX_BITS,
+    MAX_BODY,
+    PERIOD_BITS,
+    PHASE_BITS,
+    PHASE_FIELD,
+    SLOT_FIELDS,
+    SLOTS,
+    STEP_BITS,
+    STRIDE_BITS,
+)
 
 
 def _instr_only(a, target, regions) -> Actions:
@@ -65,20 +77,27 @@ def _loop_fields():
             uint(f"d{k}", STEP_BITS, f"stride slot {k}: step between the body instructions it moves", default=1, lo=1),
             uint(f"r{k}", COUNT_BITS, f"stride slot {k}: how many body instructions it moves", default=1, lo=1),
             uint(f"f{k}", FIELD_INDEX_BITS, f"stride slot {k}: field number in those instructions", default=0),
-            uint(f"p{k}", PERIOD_BITS, f"stride slot {k}: period (0: none; P >= 2: iteration k adds (k mod P) x stride)",
-                 default=0),
+            uint(f"p{k}", PERIOD_BITS, f"stride slot {k}: period (0: none; P >= 2: iteration k adds "
+                 f"((k + {PHASE_FIELD}{k}) mod P - {PHASE_FIELD}{k}) x stride)", default=0),
             sint(f"s{k}", STRIDE_BITS, f"stride slot {k}: added to the field per iteration (0: slot unused)", default=0),
         ]
+    # the phases come after every slot, so that a LOOP without one encodes as before they existed
+    out += [uint(f"{PHASE_FIELD}{k}", PHASE_BITS, f"stride slot {k}: phase of its period, 0 <= phase < p{k} (where in "
+                 "its rotation the first iteration is; 0 without a period)", default=0) for k in range(SLOTS)]
     return tuple(out)
 
 
 def _loop_validate(a) -> str | None:
     for k in range(SLOTS):
         i, d, r, f, p, s = (getattr(a, f"{x}{k}") for x in SLOT_FIELDS)
-        if s == 0 and (i, d, r, f, p) != (0, 1, 1, 0, 0):
-            return f"stride slot {k} is unused (s{k}=0) but names instructions, a field or a period"
+        h = getattr(a, f"{PHASE_FIELD}{k}")
+        if s == 0 and (i, d, r, f, p, h) != (0, 1, 1, 0, 0, 0):
+            return f"stride slot {k} is unused (s{k}=0) but names instructions, a field, a period or a phase"
         if p == 1:
             return f"stride slot {k} has period 1 (it would never move); a period is 0 (none) or at least 2"
+        if h and not h < p:
+            return (f"stride slot {k} has phase {h} but " + (f"period {p}; a phase is below its period" if p else
+                    "no period; only a slot with a period has a phase"))
         if s and i + (r - 1) * d >= a.body:
             return f"stride slot {k} reaches body instruction {i + (r - 1) * d}, but the body has {a.body}"
     return None
@@ -98,7 +117,9 @@ register(
         actions=lambda a, t, regions: Actions(),
         validate=_loop_validate,
         semantics_doc="In iteration k (from 0) of n, the body (the next `body` encoded "
-        "instructions, nested LOOPs and their bodies included) runs with k x `s{j}` (with a period `p{j}` >= 2: (k mod `p{j}`) x `s{j}`) added to "
+        "instructions, nested LOOPs and their bodies included) runs with k x `s{j}` (with a period `p{j}` >= 2 and "
+        "its phase `ph{j}` < `p{j}`: ((k + `ph{j}`) mod `p{j}` - `ph{j}`) x `s{j}`, so that a buffer rotation may "
+        "start anywhere in its round; iteration 0 is always the body as written) added to "
         "field number `f{j}` (in the order the instruction's fields are listed) of body "
         "instructions `i{j}`, `i{j}+d{j}`, ..., `i{j}+(r{j}-1)*d{j}`, for every slot j whose "
         "stride `s{j}` is not 0. An outer LOOP may "
