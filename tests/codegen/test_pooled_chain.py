@@ -89,8 +89,8 @@ def _two_passes(art):
 
 @pytest.mark.parametrize("make,shape,kib", [
     (lambda: SeBlock(8, 32, 1), (1, 8, 37, 23), 32),
-    (lambda: SeBlock(8, 48, 2), (1, 8, 41, 27), 32),
-], ids=["residual", "stride2"])
+    (lambda: SeBlock(16, 64, 1), (1, 16, 33, 25), 48),
+], ids=["residual", "wider"])
 def test_fp16_se_block_recomputes_and_matches_eager(make, shape, kib):
     m = _model(make)
     x = torch.randn(shape)
