@@ -4,16 +4,25 @@ For ResNet-18, ResNet-50, MobileNetV2 and ViT-B/16 (``--quick``: ResNet-18 and M
 script compiles each network with npuc in fp16 and in int8 (calibration included), three times
 each, and takes the median CPU seconds of the compile without torch.export: the process's CPU
 time over ``npuc.compile`` less the CPU time spent inside ``torch.export.export`` (counted by
-wrapping it).  ``CompileReport.stage_seconds`` gives the wall time of every stage; the stages
-after export are printed beside it.  Then it restates npuc's int8 graph as int8 TFLite
-(bench/vela_peer.py), compiles that three times with ``vela`` (whole process, user + system CPU
-seconds, in Vela's own environment) and prints the ratios (issue 8's target: npuc / Vela <= 0.5),
-and ``CompileReport.code_bytes`` against the constant bytes (target: <= 2% for the int8 CNNs).
-A network whose graph has an op int8 TFLite cannot express gets its npuc figures and the op that
-stops the restatement.  torch runs single-threaded (``--threads``), as vela does.
+wrapping it).  Every timed compile starts cold: the choices and prices npuc memoises within a
+process (tilings, depthwise schedules, instruction times) are forgotten first, so the second and
+third runs measure what the first does.  ``CompileReport.stage_seconds`` gives the wall time of
+every stage; the stages after export are printed beside it.  Then it restates npuc's int8 graph
+as int8 TFLite (bench/vela_peer.py), compiles that three times with ``vela`` (whole process,
+user + system CPU seconds, in Vela's own environment) and prints the ratios (issue 8's target:
+npuc / Vela <= 0.5), and ``CompileReport.code_bytes`` against the constant bytes (target: <= 2%
+for the int8 CNNs).  A network whose graph has an op int8 TFLite cannot express (ViT-B/16: its
+softmax and layer norms stay float) gets its npuc figures and the op that stops the
+restatement.  torch runs single-threaded (``--threads``), as vela does.
+
+``--npuc-only`` runs no Vela and prints, per network and precision, the median CPU seconds of
+every stage (``StageRecord.cpu_seconds``) (export, quantize -- calibration included --, import, the graph passes, the backend
+stages) beside the CPU seconds without export, so that a change to the compiler is checked in
+minutes.
 
     python bench/vela_compile_time.py [--quick] [--networks resnet18,mobilenet_v2] [--target npu-mid]
-        [--target-file PATH] [--system u55|u65] [--repeat 3] [--calibration 8] [--json PATH]
+        [--target-file PATH] [--system u55|u65] [--repeat 3] [--calibration 8] [--resident]
+        [--npuc-only] [--json PATH]
 """
 
 from __future__ import annotations
@@ -60,17 +69,38 @@ class ExportClock:
         torch.export.export = self._real
 
 
-def timed_compile(model, example, target, int8: bool, samples):
-    """(artifact, CPU seconds without torch.export, torch.export calls, stage wall seconds after export)."""
+def cold_start() -> None:
+    """Forget what npuc memoises within a process (tiling choices and prices, depthwise
+    schedules, instruction times), so that a compile costs what a fresh process's would."""
+    from npuc.codegen.kernels import vector_depthwise
+    from npuc.schedule import search
+
+    search.clear_memo()
+    vector_depthwise._CHOICES.clear()
+
+
+def timed_compile(model, example, target, int8: bool, samples, resident: bool = False):
+    """(artifact, CPU seconds without torch.export, torch.export calls, stage wall seconds after
+    export, wall seconds per stage)."""
     import npuc
 
+    cold_start()
+    records: list = []
     with ExportClock() as clock:
         start = time.process_time()
         art = npuc.compile(model, example, target=target, quantize="int8" if int8 else None,
-                           calibration=samples if int8 else None)
+                           calibration=samples if int8 else None, resident=resident, records=records)
         cpu = time.process_time() - start - clock.cpu
     stages = sum(s for n, s in art.report.stage_seconds if n != "export")
-    return art, cpu, clock.calls, stages
+    per_stage: dict[str, float] = {}
+    for r in records:  # CPU seconds (a stage that runs twice, canonicalize, counts both runs)
+        per_stage[r.name] = per_stage.get(r.name, 0.0) + r.cpu_seconds
+    return art, cpu, clock.calls, stages, per_stage
+
+
+def median_stages(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per stage (in pipeline order), the median of its CPU seconds over the runs."""
+    return {name: vp.median([r.get(name, 0.0) for r in runs]) for name in runs[0]}
 
 
 def bench_network(name: str, args, vela: vp.Vela | None) -> dict:
@@ -78,14 +108,17 @@ def bench_network(name: str, args, vela: vp.Vela | None) -> dict:
     samples = vp.calibration_samples(name, args.calibration, example)
     doc: dict = {"network": name}
     for precision in ("fp16", "int8"):
-        runs = [timed_compile(model, example, args.target, precision == "int8", samples) for _ in range(args.repeat)]
+        runs = [timed_compile(model, example, args.target, precision == "int8", samples, args.resident)
+                for _ in range(args.repeat)]
         art = runs[-1][0]
         doc[precision] = {
             "cpu_seconds": [r[1] for r in runs], "median_cpu_seconds": vp.median([r[1] for r in runs]),
             "stage_wall_seconds_after_export": vp.median([r[3] for r in runs]), "export_calls": runs[-1][2],
+            "stage_cpu_seconds": median_stages([r[4] for r in runs]),
             "code_bytes": art.report.code_bytes, "constant_bytes": art.report.constant_bytes,
             "instructions": art.report.instructions,
         }
+        del runs, art
     if vela is None:
         return doc
     g = vp.int8_graph(model, example, args.target, samples, name)
@@ -123,6 +156,21 @@ def print_row(doc: dict) -> None:
               f"{v['cpu_ops']} ops left to the CPU")
 
 
+def print_stages(doc: dict) -> None:
+    """``--npuc-only``: every stage's median CPU seconds, fp16 and int8 side by side."""
+    f16, i8 = doc["fp16"], doc["int8"]
+    names = list(dict.fromkeys([*f16["stage_cpu_seconds"], *i8["stage_cpu_seconds"]]))
+    print(f"{doc['network']}: CPU s without export fp16 {f16['median_cpu_seconds']:.2f} "
+          f"({', '.join(f'{x:.2f}' for x in f16['cpu_seconds'])}), int8 {i8['median_cpu_seconds']:.2f} "
+          f"({', '.join(f'{x:.2f}' for x in i8['cpu_seconds'])}); torch.export calls per compile: fp16 "
+          f"{f16['export_calls']}, int8 {i8['export_calls']}; {f16['instructions']:,} / {i8['instructions']:,} instructions")
+    print(f"  {'stage (CPU s, median)':<24} {'fp16':>8} {'int8':>8}")
+    for n in names:
+        a, b = f16["stage_cpu_seconds"].get(n), i8["stage_cpu_seconds"].get(n)
+        print(f"  {n:<24} {'-' if a is None else f'{a:.3f}':>8} {'-' if b is None else f'{b:.3f}':>8}")
+    print(f"  {'after export (wall s)':<24} {f16['stage_wall_seconds_after_export']:>8.3f} {i8['stage_wall_seconds_after_export']:>8.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="ResNet-18 and MobileNetV2 only")
@@ -135,6 +183,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (vela is single-threaded)")
     ap.add_argument("--venv", type=Path, default=vp.DEFAULT_VENV, help="Vela's virtual environment")
     ap.add_argument("--no-vela", action="store_true", help="npuc's figures only")
+    ap.add_argument("--npuc-only", action="store_true",
+                    help="no Vela: npuc's CPU seconds and every stage's wall seconds, per network and precision")
+    ap.add_argument("--resident", action="store_true", help="compile with resident=True (activations kept on chip)")
     ap.add_argument("--json", type=Path, help="write the figures here (atomically)")
     args = ap.parse_args()
     if args.target_file is not None:
@@ -153,21 +204,23 @@ def main() -> None:
             sys.exit(f"vela_compile_time: {e}")
     torch.set_num_threads(args.threads)
     vela = None
-    if not args.no_vela:
+    if not (args.no_vela or args.npuc_only):
         try:
             vela = vp.Vela(args.venv)
         except vp.PeerUnavailable as e:
             sys.exit(f"vela_compile_time: {e} (--no-vela prints npuc's figures alone)")
-    print(f"compile CPU seconds without torch.export, median of {args.repeat}; npuc for {args.target}, "
-          f"Vela {vp.VELA_VERSION} for {' / '.join(vp.SYSTEMS[args.system])}; torch threads {args.threads}, "
+    peer = "no Vela" if vela is None else f"Vela {vp.VELA_VERSION} for {' / '.join(vp.SYSTEMS[args.system])}"
+    print(f"compile CPU seconds without torch.export, median of {args.repeat}, each compile cold; npuc for "
+          f"{args.target}{' (resident)' if args.resident else ''}, {peer}; torch threads {args.threads}, "
           f"{args.calibration} calibration samples")
-    print(f"{'network':<13} {'npuc fp16':>9} {'npuc int8':>9} {'Vela':>9} {'fp16/V':>8} {'int8/V':>8} "
-          f"{'code B int8':>11} {'constants B':>12} {'code %':>8}")
+    if not args.npuc_only:
+        print(f"{'network':<13} {'npuc fp16':>9} {'npuc int8':>9} {'Vela':>9} {'fp16/V':>8} {'int8/V':>8} "
+              f"{'code B int8':>11} {'constants B':>12} {'code %':>8}")
     docs = []
     for name in names:
         doc = bench_network(name, args, vela)
         docs.append(doc)
-        print_row(doc)
+        print_stages(doc) if args.npuc_only else print_row(doc)
         sys.stdout.flush()
         if args.json is not None:  # after every network, so an interrupted run keeps what it measured
             vp.write_json(args.json, {"benchmark": "vela_compile_time", "target": str(args.target),

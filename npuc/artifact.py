@@ -408,9 +408,9 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
         from npuc.host.aot import compile_host_code
         from npuc.pipeline import StageRecord
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         npub = compile_host_code(npub, tgt)
-        records.append(StageRecord("host_code", time.perf_counter() - start, len(npub.host_code)))
+        records.append(StageRecord("host_code", time.perf_counter() - start, len(npub.host_code), time.process_time() - cpu))
     return Artifact(npub, tgt, _report(packaged, records), programs, packaged.compiled)
 
 

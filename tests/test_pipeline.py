@@ -97,3 +97,20 @@ def test_import_model_runs_frontend_and_passes():
     assert g.name == "small"
     assert not any(n.op == "batch_norm" for n in g.nodes)
     torch.testing.assert_close(interpret(g, x)[0], model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_stage_that_hands_on_its_input_is_not_verified_again_and_records_cpu_seconds():
+    from npuc.pipeline import RunOptions, Stage, StageRecord, run_stages
+
+    checked: list[str] = []
+
+    def stage(name, fn):
+        return Stage(name, fn, lambda ir: checked.append(name), str)
+
+    records: list[StageRecord] = []
+    out = run_stages([1], [stage("grow", lambda x: x + [2]), stage("same", lambda x: x), stage("grow2", lambda x: x + [3])],
+                     RunOptions(records=records))
+    assert out == [1, 2, 3]
+    assert checked == ["grow", "grow2"]  # "same" handed on what "grow" had verified
+    assert [r.name for r in records] == ["grow", "same", "grow2"]
+    assert all(r.cpu_seconds >= 0.0 for r in records)

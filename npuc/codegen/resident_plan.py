@@ -82,7 +82,10 @@ class _Counter:
     streams (a target with a weight decoder: ``npuc.codegen.weight_compression`` stores each
     block's bytes as one contiguous run, compressed or raw), counted as that run in whole
     bursts, not as the strided runs of the raw layout (as ``npuc.schedule.transfers.as_streams``
-    prices them)."""
+    prices them).  ``moves_only``: the array engine gives it its transfers without the array's
+    instructions."""
+
+    moves_only = True
 
     def __init__(self, target: Any, ranges: list[tuple[int, int, str]], bursts: dict[str, int],
                  streamed: frozenset[str] = frozenset()) -> None:

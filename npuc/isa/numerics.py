@@ -90,6 +90,34 @@ def requantize(
     return np.clip(x3 + zero_point, qmin, qmax).astype(np.int8)
 
 
+def saturate_int32(x: np.ndarray) -> np.ndarray:
+    """Saturate an int64 array to the int32 range (kept int64)."""
+    return np.clip(x, INT32_MIN, INT32_MAX)
+
+
+def quantized_add(
+    a: np.ndarray, b: np.ndarray, a_zero_point: int, a_factor: int, b_zero_point: int, b_factor: int,
+    multiplier: int, shift: int, zero_point: int, qmin: int, qmax: int,
+) -> np.ndarray:
+    """The requantizing add of two int8 arrays (``QADD``): each operand less its zero point
+    times its integer factor, the two added, then :func:`requantize`; every step saturated to
+    int32 as the vector unit's int32 arithmetic is."""
+    x = saturate_int32((a.astype(np.int64) - a_zero_point) * a_factor)
+    y = saturate_int32((b.astype(np.int64) - b_zero_point) * b_factor)
+    return requantize(saturate_int32(x + y), np.int64(multiplier), np.int64(shift), zero_point, qmin, qmax)
+
+
+def quantized_mul(
+    a: np.ndarray, b: np.ndarray, a_zero_point: int, b_zero_point: int,
+    multiplier: int, shift: int, zero_point: int, qmin: int, qmax: int,
+) -> np.ndarray:
+    """The requantizing multiply of two int8 arrays (``QMUL``): the product of the operands less
+    their zero points, saturated to int32, then :func:`requantize`."""
+    x = saturate_int32(a.astype(np.int64) - a_zero_point)
+    y = saturate_int32(b.astype(np.int64) - b_zero_point)
+    return requantize(saturate_int32(x * y), np.int64(multiplier), np.int64(shift), zero_point, qmin, qmax)
+
+
 # --------------------------------------------------------------------------- activations
 _SQRT1_2 = np.float32(0.7071067811865476)
 

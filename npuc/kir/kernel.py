@@ -177,11 +177,11 @@ class QAddStep:
     """An int8 ``qadd`` fused into the epilogue of an int8 array kernel (the ``quant`` param of
     an ``add`` epilogue step whose operand is the other int8 summand).
 
-    The kernel's requantized int8 result ``y`` and the operand ``r`` are added by the integer
-    steps of ``npuc.quant.arith.run_qadd``, as the ``qbinary`` kernel runs them: widen both to
-    int32, add ``-zero_points``, multiply by ``factors`` (result first, operand second), add,
-    REQUANT with the record ``[1, 2]`` that is the kernel's input number ``record``, zero point
-    ``out_zero_point``, clamp [``qmin``, ``qmax``].  The same instructions, so the same bits.
+    The kernel's requantized int8 result ``y`` and the operand ``r`` are added by
+    ``npuc.quant.arith.run_qadd`` as the ``qbinary`` kernel runs it, one QADD instruction: less
+    ``zero_points``, times ``factors`` (result first, operand second), added, requantized with
+    the record ``[1, 2]`` that is the kernel's input number ``record``, zero point
+    ``out_zero_point``, clamp [``qmin``, ``qmax``].  The same instruction, so the same bits.
     """
 
     zero_points: tuple[int, int]

@@ -17,7 +17,7 @@ An int8 array kernel (``conv2d``, ``gemm``) also absorbs a ``qbinary`` add (a re
 that reads its result as one summand: the step is an ``add`` with the other summand as operand
 and a :class:`~npuc.kir.kernel.QAddStep` (zero points, factors, output zero point and clamp; its
 REQUANT record joins the kernel's inputs), which the kernel runs after its own REQUANT with the
-qbinary kernel's integer steps.
+qbinary kernel's instruction (QADD).
 """
 
 from __future__ import annotations

@@ -202,20 +202,17 @@ def plan_qadd(
 
 
 def run_qadd(a: np.ndarray, b: np.ndarray, plan: AddPlan) -> np.ndarray:
-    """``qadd`` as the vector unit runs it (operands broadcast against each other):
+    """``qadd`` as the vector unit runs it, one ``QADD`` instruction (operands broadcast against
+    each other; :func:`npuc.isa.numerics.quantized_add`, the function the simulator runs):
 
-    1. widen a and b to int32 (VCVT);
-    2. subtract the zero points (VUN adds -za, -zb);
-    3. multiply by the integer factors (VUN muls fa, fb);
-    4. add (VBIN add, int32);
-    5. REQUANT with (multiplier, shift), out zero point, [qmin, qmax].
+    1. subtract the zero points from a and b (int32);
+    2. multiply by the integer factors (int32, saturated);
+    3. add (int32, saturated);
+    4. requantize with (multiplier, shift), out zero point, [qmin, qmax].
     """
-    a32 = sat32(np.asarray(a, dtype=np.int64))
-    b32 = sat32(np.asarray(b, dtype=np.int64))
-    a32 = sat32(sat32(a32 - plan.a_zero_point) * plan.a_factor)
-    b32 = sat32(sat32(b32 - plan.b_zero_point) * plan.b_factor)
-    acc = sat32(a32 + b32)
-    return requantize(acc, plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    return numerics.quantized_add(a, b, plan.a_zero_point, plan.a_factor, plan.b_zero_point, plan.b_factor,
+                                  plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
 
 
 # ------------------------------------------------------------------------------------ qmul
@@ -246,12 +243,12 @@ def plan_qmul(
 
 
 def run_qmul(a: np.ndarray, b: np.ndarray, plan: MulPlan) -> np.ndarray:
-    """``qmul`` as the vector unit runs it: widen (VCVT), subtract the zero points (VUN adds),
-    multiply (VBIN mul, int32), REQUANT."""
-    a32 = sat32(np.asarray(a, dtype=np.int64) - plan.a_zero_point)
-    b32 = sat32(np.asarray(b, dtype=np.int64) - plan.b_zero_point)
-    acc = sat32(a32 * b32)
-    return requantize(acc, plan.multiplier, plan.shift, plan.out_zero_point, plan.qmin, plan.qmax)
+    """``qmul`` as the vector unit runs it, one ``QMUL`` instruction
+    (:func:`npuc.isa.numerics.quantized_mul`): subtract the zero points, multiply (int32),
+    requantize."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    return numerics.quantized_mul(a, b, plan.a_zero_point, plan.b_zero_point, plan.multiplier, plan.shift,
+                                  plan.out_zero_point, plan.qmin, plan.qmax)
 
 
 # ------------------------------------------------------------------------- averages (pool, mean)

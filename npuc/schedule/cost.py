@@ -98,9 +98,8 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     for e in p.epilogue:
         q = qadd_step(e)
         if q is not None:  # a fused residual qadd: its instructions, timed one by one
-            acc, spad = Block("acc", 0, 4, tn * 4), Block("spad", 0, 4, tn * 4)
             total += sum(instr_cycles(target, op, f) for op, f in qadd_instrs(
-                q, m, tn, Block("spad", 0, 1, tn), acc, Block("spad", 0, 1, tn), spad, 0))
+                q, m, tn, Block("spad", 0, 1, tn), Block("spad", 0, 1, tn), 0))
         elif e.op in UNARY_EPILOGUE_OPS:
             name = "gelu_tanh" if e.op == "gelu" and e.param("approximate", "none") == "tanh" else e.op
             name = name if name in UnOp.__members__ else "copy"
@@ -224,12 +223,25 @@ class _Port:
 
 
 class _Costs:
-    """Per-estimate memo of what a step's transfers and compute cost, keyed by tile class."""
+    """Per-estimate memo of what a step's transfers and compute cost, keyed by tile class.
 
-    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> None:
+    ``shared`` (optional) is a memo for one problem across tilings (the search prices hundreds
+    of tilings of one problem): keyed by everything the cost reads of the step and the tiling
+    (addresses aside: an instruction's time depends on the memory an address falls in, which
+    the search keeps in its key), so that a tiling priced with it gets exactly what it would
+    get alone.  The per-estimate memo stays in front of it with its own keys."""
+
+    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> None:
         self.target, self.p, self.t = target, p, t
         self.table = _table(target)
         self.memo: dict[tuple, Any] = {}
+        self.shared: dict[tuple, Any] = {} if shared is None else shared
+
+    def _pure(self, key: tuple, fn) -> Any:
+        hit = self.shared.get(key)
+        if hit is None:
+            hit = self.shared[key] = fn()
+        return hit
 
     def dmas(self, instrs: list[tuple[str, dict]]) -> tuple[tuple[int, int], ...]:
         """(busy, latency) of each DMA."""
@@ -238,53 +250,67 @@ class _Costs:
     def input(self, s: Step, state: BandState | None, same: bool) -> tuple[int, int, tuple[tuple[int, int], ...], Rows, BandState]:
         """(zero-fill cycles, fill count, DMA times, local rows written, the buffer's state
         afterwards) of the step's input band (see ``band_loads``)."""
-        p = self.p
-        band = s.oy0 if self.t.unfold else (p.y.valid(s.y0, s.bh), s.bh, s.x_rows(p))
-        key = ("x", s.th, s.tw, s.tc, band, p.x.valid(s.ox0, s.tw), state, same)
+        unfold = self.t.unfold
+        where = (unfold, s.oy0, s.th, s.y0, s.bh, s.ox0, s.tw)
+        band = self.shared.get(where)
+        if band is None:  # the band's rows and the tile's valid columns
+            p = self.p
+            band = self.shared[where] = (s.oy0 if unfold else (p.y.valid(s.y0, s.bh), s.bh, s.x_rows(p)),
+                                         p.x.valid(s.ox0, s.tw))
+        key = ("x", s.th, s.tw, s.tc, band[0], band[1], state, same)
         hit = self.memo.get(key)
         if hit is None:
-            fills, loads, rows, after = band_loads(p, self.t, s, state, same)
-            fill = sum(sum(self.table.time(op, f)) for op, f in fills)
-            hit = self.memo[key] = (fill, len(fills), self.dmas(loads), rows, after)
+            hit = self.memo[key] = self._pure(key + (self.t.unfold, self.t.tw), lambda: self._input(s, state, same))
         return hit
+
+    def _input(self, s: Step, state: BandState | None, same: bool) -> tuple:
+        fills, loads, rows, after = band_loads(self.p, self.t, s, state, same)
+        fill = sum(sum(self.table.time(op, f)) for op, f in fills)
+        return (fill, len(fills), self.dmas(loads), rows, after)
 
     def weights(self, s: Step, planes: bool = False) -> tuple[tuple[int, int], ...]:
         key = ("w", self.t.weight_cols(self.p), s.tc, planes)
         hit = self.memo.get(key)
         if hit is None:
-            loads = weight_loads(self.p, self.t, s)
-            loads = by_planes(loads) if planes else loads
-            if self.target.weight_decoder is not None:
-                loads = as_streams(loads)
-            hit = self.memo[key] = self.dmas(loads)
+            t = self.t
+            pure = ("w", t.unfold, t.wide_weights, self.p.n if t.wide_weights else s.tn, s.tc, planes)
+            hit = self.memo[key] = self._pure(pure, lambda: self._weights(s, planes))
         return hit
+
+    def _weights(self, s: Step, planes: bool) -> tuple[tuple[int, int], ...]:
+        loads = weight_loads(self.p, self.t, s)
+        loads = by_planes(loads) if planes else loads
+        if self.target.weight_decoder is not None:
+            loads = as_streams(loads)
+        return self.dmas(loads)
 
     def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:
         key = ("o", i, s.th, s.tw, s.tn)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self.table.time(*operand_load(self.p, o, s)[1])
+            hit = self.memo[key] = self._pure(key, lambda: self.table.time(*operand_load(self.p, o, s)[1]))
         return hit
 
     def store(self, s: Step) -> tuple[int, int]:
         key = ("s", s.th, s.tw, s.tn)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self.table.time(*output_store(self.p, s))
+            hit = self.memo[key] = self._pure(key, lambda: self.table.time(*output_store(self.p, s)))
         return hit
 
     def compute(self, s: Step) -> tuple[int, int]:
         key = ("c", s.th, s.tw, s.tn, s.tc)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = step_compute(self.target, self.p, self.t, s)
+            pure = key + (self.t.dataflow, self.t.unfold)
+            hit = self.memo[key] = self._pure(pure, lambda: step_compute(self.target, self.p, self.t, s))
         return hit
 
     def quant(self, s: Step) -> tuple[tuple[int, int], ...]:
         key = ("q", s.tn)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self.dmas(quant_loads(self.p, s)[1])
+            hit = self.memo[key] = self._pure(key, lambda: self.dmas(quant_loads(self.p, s)[1]))
         return hit
 
     def drain(self, s: Step) -> int:
@@ -307,16 +333,16 @@ class _Costs:
         key = ("e", s.m, s.tn)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = epilogue_time(self.target, self.p, s.m, s.tn)
+            hit = self.memo[key] = self._pure(key, lambda: epilogue_time(self.target, self.p, s.m, s.tn))
         return hit
 
 
 class _Walk:
     """The three-timeline walk of one tiling's loop nest (see the module docstring)."""
 
-    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> None:
+    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> None:
         self.p, self.t = p, t
-        self.costs = _Costs(target, p, t)
+        self.costs = _Costs(target, p, t, shared)
         self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
@@ -428,10 +454,11 @@ class _Walk:
         self.out_free[slot] = self.t_store + lat
 
 
-def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
+def estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> Estimate:
     """Walk the loop nest of ``t`` and estimate its cycles on ``target``: the last of the
-    compute queue, the store queue, and the DRAM port's total busy time (plus latencies)."""
-    w = _Walk(target, p, t)
+    compute queue, the store queue, and the DRAM port's total busy time (plus latencies).
+    ``shared``: the problem's memo across tilings (see ``_Costs``)."""
+    w = _Walk(target, p, t, shared)
     for s in steps(p, t):
         w.step(s)
     w._commit_store()
@@ -442,11 +469,12 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
                     fp.spad(t), fp.acc)
 
 
-def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int, int]:
+def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> tuple[int, int]:
     """A walk-free estimate for ranking candidates, (cycles, DRAM port cycles): loads counted per
     input band and weight block from the loop order and buffer counts, compute summed per tile
-    class, total = the larger of compute and DMA plus the first tile's load."""
-    costs = _Costs(target, p, t)
+    class, total = the larger of compute and DMA plus the first tile's load.  ``shared``: the
+    problem's memo across tilings (see ``_Costs``)."""
+    costs = _Costs(target, p, t, shared)
     rts, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
     bands = blocks(p.y.out, t.band_rows)
     S, NB, CB = len(bands) * len(xs), len(ns), len(cs)
@@ -464,11 +492,12 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int
     comp = epi = store = 0
     ox0 = xs[len(xs) // 2][0]
     ths = Counter(r.th for r in rts)
+    tws, tns, tcs = (sorted(Counter(b[1] for b in bs).items()) for bs in (xs, ns, cs))
     for th, ny in sorted(ths.items()):
         r = next(r for r in rts if r.th == th)
-        for tw, nx in sorted(Counter(b[1] for b in xs).items()):
-            for tn, nn in sorted(Counter(b[1] for b in ns).items()):
-                for tc, nc in sorted(Counter(b[1] for b in cs).items()):
+        for tw, nx in tws:
+            for tn, nn in tns:
+                for tc, nc in tcs:
                     s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, tc, True, True, r.y0, r.bh)
                     comp += ny * nx * nn * nc * costs.compute(s)[0]
                 s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True, r.y0, r.bh)

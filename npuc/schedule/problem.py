@@ -444,12 +444,12 @@ class Footprint:
     acc: int
     quant_slot: int = 0
     acc_slot: int = 0  # int8: the bias and REQUANT records of one channel block
-    wide_slot: int = 0  # int8 with fused qadds: the operand tile widened to int32, and their records
+    add_records_slot: int = 0  # int8 with fused qadds: their REQUANT records (QADD needs no other buffer)
 
     def spad(self, t: ArrayTiling) -> int:
         return (
             t.x_slots * self.x_slot + t.w_slots * self.w_slot + 2 * self.out_slot
-            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot + self.wide_slot
+            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot + self.add_records_slot
         )
 
 
@@ -470,8 +470,7 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     quant = _align(t.tn * 4) + _align(t.tn * 8) if p.quant is not None else 0
     acc_slot = _align(m * t.tn * 4)
     adds = p.quant.adds if p.quant is not None else 0
-    wide = _align(m * t.tn * 4) + adds * QADD_RECORD_BYTES if adds else 0
-    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot, wide)
+    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot, adds * QADD_RECORD_BYTES)
 
 
 QADD_RECORD_BYTES = 64  # a fused qadd's REQUANT record (8 bytes) in its own aligned block

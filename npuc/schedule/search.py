@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from npuc.errors import CompileError
 from npuc.isa.enums import Dataflow
 from npuc.schedule.cost import Estimate, estimate, quick_estimate
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, blocks, can_os, can_unfold, footprint
+from npuc.schedule.problem import ArrayProblem, ArrayTiling, Footprint, blocks, can_os, can_unfold, footprint
 from npuc.targets import Target
 
 MAX_CANDIDATES = 600
@@ -178,28 +178,41 @@ def _expressible(t: ArrayTiling) -> bool:
     return max(t.th, t.tw, t.tn, t.tc) <= MAX_TILE
 
 
-def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling) -> ArrayTiling:
+def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling, fp: Footprint | None = None) -> ArrayTiling:
     """Make weight blocks, then input tiles, resident when the scratchpad holds them all;
-    resident weights are held in blocks of every output channel."""
+    resident weights are held in blocks of every output channel.  ``fp``: ``footprint(p, t)``
+    when the caller has it (the slot counts do not change a slot's bytes)."""
     size = target.scratchpad.size_bytes
-    fp = footprint(p, t)
-    n_w = len(blocks(p.n, t.tn)) * len(blocks(p.c, t.tc))
-    n_x = len(blocks(p.y.out, t.band_rows)) * len(blocks(p.x.out, t.tw)) * len(blocks(p.c, t.tc))
-    if n_w > 2 and fp.spad(replace(t, w_slots=n_w)) <= size:
-        t = replace(t, w_slots=n_w)
-    if n_x > 2 and fp.spad(replace(t, x_slots=n_x)) <= size:
-        t = replace(t, x_slots=n_x)
+    fp = footprint(p, t) if fp is None else fp
+    n_w = _count(p.n, t.tn) * _count(p.c, t.tc)
+    n_x = _count(p.y.out, t.band_rows) * _count(p.x.out, t.tw) * _count(p.c, t.tc)
+    rest = fp.spad(t) - t.x_slots * fp.x_slot - t.w_slots * fp.w_slot  # what the slot counts do not change
+    x_slots, w_slots, wide = t.x_slots, t.w_slots, t.wide_weights
+    if n_w > 2 and rest + x_slots * fp.x_slot + n_w * fp.w_slot <= size:
+        w_slots = n_w
+    if n_x > 2 and rest + n_x * fp.x_slot + w_slots * fp.w_slot <= size:
+        x_slots = n_x
+    if (x_slots, w_slots) != (t.x_slots, t.w_slots):
+        t = replace(t, x_slots=x_slots, w_slots=w_slots)
     t = _per_block_buffers(p, t, size, fp, n_w, n_x)
+    x_slots, w_slots = t.x_slots, t.w_slots
     if n_w == 1:
-        t = replace(t, w_slots=1)
-    n_c = len(blocks(p.c, t.tc))
-    if t.w_slots >= n_w > n_c and not p.weights_n_major:
+        w_slots = 1
+    n_c = _count(p.c, t.tc)
+    if w_slots >= n_w > n_c and not p.weights_n_major:
         # resident weights, several channel blocks: one block per reduction block holding
         # every channel is the same bytes of scratchpad in whole DRAM rows
-        t = replace(t, wide_weights=True, w_slots=n_c)
+        wide, w_slots = True, n_c
     if n_x == 1:
-        t = replace(t, x_slots=1)
-    return t
+        x_slots = 1
+    if (x_slots, w_slots, wide) == (t.x_slots, t.w_slots, t.wide_weights):
+        return t
+    return replace(t, x_slots=x_slots, w_slots=w_slots, wide_weights=wide)
+
+
+def _count(total: int, size: int) -> int:
+    """``len(blocks(total, size))``."""
+    return max(0, -(-total // size))
 
 
 def _per_block_buffers(p: ArrayProblem, t: ArrayTiling, size: int, fp, n_w: int, n_x: int) -> ArrayTiling:
@@ -290,7 +303,9 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
 
     Every fitting candidate is ranked by the walk-free estimate; the ``walk`` best are costed
     by the full model and the cheapest of those wins.  Choices are memoised per target and
-    (address-normalised) problem."""
+    (address-normalised) problem; the prices behind them per problem and target at any
+    scratchpad size (:class:`Prices`), so that the same layer planned in less of the
+    scratchpad (the network-level memory plan tries several splits) costs only what is new."""
     key = (target, _normalized(p), walk)
     hit = _MEMO.get(key)
     if hit is None:
@@ -301,33 +316,125 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     return hit
 
 
-def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling]):
+def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], known: "Prices"):
     """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
     ``shorter_variant`` when it has one."""
     for t in sweep:
-        t = _with_buffers(target, p, t)
+        t = _with_buffers(target, p, t, known.footprint(p, t)[0])
         yield t
         v = shorter_variant(target, p, t)
         if v is not None:
             yield v
 
 
+def clear_memo() -> None:
+    """Forget every memoised choice and price, and the instruction times behind them (a
+    benchmark timing a compile from scratch)."""
+    from npuc.schedule import cost
+
+    _MEMO.clear()
+    _PRICES.clear()
+    cost._table.cache_clear()
+
+
+class Prices:
+    """What the search has computed of one problem on one target, whatever the scratchpad's
+    size: the candidate sweeps, each tiling's footprint, text, walk-free and full estimates, and
+    the cost model's memo of tile classes shared by all tilings (``npuc.schedule.cost._Costs``).
+    None of these reads the scratchpad's size (only the fit check and the buffer counts of
+    ``_with_buffers`` do), so a choice made with them is the one made without."""
+
+    def __init__(self) -> None:
+        self.sweeps: dict = {}
+        self.footprints: dict[ArrayTiling, tuple[Footprint, int]] = {}
+        self.texts: dict[ArrayTiling, str] = {}
+        self.quick: dict[ArrayTiling, tuple[int, int]] = {}
+        self.full: dict[ArrayTiling, Estimate] = {}
+        self.shared: dict[tuple, object] = {}
+
+    def sweep(self, fn, target: Target, p: ArrayProblem) -> list[ArrayTiling]:
+        hit = self.sweeps.get(fn)
+        if hit is None:
+            hit = self.sweeps[fn] = [t for t in fn(target, p) if _expressible(t)]
+        return hit
+
+    def footprint(self, p: ArrayProblem, t: ArrayTiling) -> tuple[Footprint, int]:
+        """(footprint, scratchpad bytes) of ``t``."""
+        hit = self.footprints.get(t)
+        if hit is None:
+            fp = footprint(p, t)
+            hit = self.footprints[t] = (fp, fp.spad(t))
+        return hit
+
+    def text(self, t: ArrayTiling) -> str:
+        hit = self.texts.get(t)
+        if hit is None:
+            hit = self.texts[t] = str(t)
+        return hit
+
+    def quick_estimate(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> tuple[int, int]:
+        hit = self.quick.get(t)
+        if hit is None:
+            hit = self.quick[t] = quick_estimate(target, p, t, self.shared)
+        return hit
+
+    def estimate(self, target: Target, p: ArrayProblem, t: ArrayTiling) -> Estimate:
+        hit = self.full.get(t)
+        if hit is None:
+            hit = self.full[t] = estimate(target, p, t, self.shared)
+        return hit
+
+
+_PRICES: dict[tuple, Prices] = {}
+_PRICES_LIMIT = 128  # problems (a network has a few dozen distinct ones); cleared when full
+
+
+def _windows(target: Target, p: ArrayProblem) -> tuple[int, ...]:
+    """The memory each of the problem's tensors lies in (a transfer's time depends on it)."""
+    addrs = [*p.x_addrs, *p.w_addrs, *p.out_addrs]
+    for o in p.operands:
+        if o is not None:
+            addrs += o.addrs
+    if p.quant is not None:
+        addrs += [*p.quant.bias_addrs, *p.quant.records_addrs, *(a for a in p.quant.add_records if a is not None)]
+    out = []
+    for a in addrs:
+        w = target.window_at(a)
+        out.append(-1 if w is None else w.index)
+    return tuple(out)
+
+
+def prices(target: Target, p: ArrayProblem) -> Prices:
+    """The :class:`Prices` of ``p`` on ``target`` (the same for every scratchpad size and for
+    every layer equal to ``p`` but for where its tensors lie in their memories)."""
+    timing = replace(target, scratchpad=replace(target.scratchpad, size_bytes=0))
+    key = (timing, _normalized(p), _windows(target, p))
+    hit = _PRICES.get(key)
+    if hit is None:
+        if len(_PRICES) >= _PRICES_LIMIT:
+            _PRICES.clear()
+        hit = _PRICES[key] = Prices()
+    return hit
+
+
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
+    known = prices(target, p)
+    spad_size, acc_size = target.scratchpad.size_bytes, target.accumulator.size_bytes
     ranked: list[tuple] = []
     smallest: tuple[int, int] | None = None
     for sweep in (candidates, part_burst_candidates, small_candidates):
         seen: set[ArrayTiling] = set()
-        for t in _with_shorter(target, p, sweep(target, p)):
+        for t in _with_shorter(target, p, known.sweep(sweep, target, p), known):
             if not _expressible(t) or t in seen:
                 continue
             seen.add(t)
-            fp = footprint(p, t)
-            spad, acc = fp.spad(t), fp.acc
+            fp, spad = known.footprint(p, t)
+            acc = fp.acc
             if smallest is None or (spad, acc) < smallest:
                 smallest = (spad, acc)
-            if spad > target.scratchpad.size_bytes or acc > target.accumulator.size_bytes:
+            if spad > spad_size or acc > acc_size:
                 continue
-            ranked.append((*quick_estimate(target, p, t), spad, str(t), t))
+            ranked.append((*known.quick_estimate(target, p, t), spad, known.text(t), t))
         if ranked:
             break
     if not ranked:
@@ -344,7 +451,7 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     tilings = [r[4] for r in walked.values()]
     tilings += [v for t in tilings for v in tail_variants(target, p, t)]
     tilings += [v for t in tilings for v in head_variants(target, p, t)]
-    full = [(estimate(target, p, t), footprint(p, t).spad(t), str(t), t) for t in tilings]
+    full = [(known.estimate(target, p, t), known.footprint(p, t)[1], known.text(t), t) for t in tilings]
     fastest_e = min(full, key=lambda f: (f[0].cycles, f[1], f[2]))
     lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
                key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))

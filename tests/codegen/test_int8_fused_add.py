@@ -14,6 +14,7 @@ from torch import nn
 
 from npuc.artifact import compile_graph, quantized_graph
 from npuc.interp import interpret
+from npuc.isa.loops import expand
 from npuc.kir.kernel import qadd_step
 from npuc.kir.text import parse_kernel, print_kernel
 from npuc.lower.fusion import fuse
@@ -105,3 +106,54 @@ def test_a_residual_qadd_fuses_into_a_gemm_bit_exactly():
     assert art.report.kernels == 2, art.report.explain()
     got, want = art.run(x)[0], interpret(g, x)[0]
     assert torch.equal(got, want)
+
+
+def test_the_fused_add_is_one_qadd_per_tile_and_no_int32_steps():
+    torch.manual_seed(0)
+    m = Residual(16, 16).eval()
+    x = torch.randn(1, 16, 8, 8)
+    tgt = load_target("npu-mid")
+    art = compile_graph(_quantized(m, x, tgt), tgt, quantize="int8")
+    ops = [i for prog in art.programs for i in expand(list(prog.instrs))[0]]
+    qadds = [i for i in ops if i.op == "QADD"]
+    assert qadds, "the fused residual add emits QADD"
+    assert not [i for i in ops if i.op == "VCVT" and i.args.src_dtype.name == "int8"]  # nothing widened
+    assert not [i for i in ops if i.op == "VUN" and i.args.op.name == "muls"]
+    assert sum(i.args.n0 * i.args.n1 for i in qadds) == 16 * 8 * 8  # each element added once
+
+
+class Bottleneck(nn.Module):
+    """ResNet-50's 1x1 expansion with its residual add: a K = 64 conv whose epilogue is the add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(256, 64, 1), nn.Conv2d(64, 256, 1)
+
+    def forward(self, x):
+        return torch.relu(x + self.expand(torch.relu(self.reduce(x))))
+
+
+def test_the_cost_model_times_the_fused_qadd_as_the_simulator_runs_it():
+    from npuc.codegen.emitter import Emitter
+    from npuc.codegen.harness import place
+    from npuc.codegen.kernel import get_kernel
+    from npuc.runtime.sim import simulate
+    import numpy as np
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 256, 14, 14)
+    tgt = load_target("npu-mid")
+    g = absorb_io_quantization(_quantized(Bottleneck().eval(), x, tgt))
+    lowered = fuse(partition(g, tgt, choose_precision(tgt, "int8")))
+    (k,) = [lk.kernel for s in lowered.segments for lk in getattr(s, "kernels", ())
+            if any(qadd_step(e) is not None for e in lk.kernel.epilogue)]
+    impl = get_kernel(k.kind)
+    placed, size = place(k)
+    plan = impl.plan(placed, tgt)
+    em = Emitter(tgt)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    sim = simulate(prog, tgt, np.zeros(size, np.uint8), functional=False).total_cycles
+    assert any(i.op == "QADD" for i in expand(list(prog.instrs))[0])
+    print(f"fused 1x1 conv + qadd: model {plan.est_cycles} cycles, simulated {sim}")
+    assert abs(plan.est_cycles - sim) / sim <= 0.10, (plan.est_cycles, sim)

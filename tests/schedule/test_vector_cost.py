@@ -212,6 +212,7 @@ INT8_CASES = {
     "depthwise-3x3-56x96-int8": depthwise(96, 56, 3, 1, I8),
     "depthwise-3x3s2-28x192-int8": depthwise(192, 28, 3, 2, I8),
     "qadd-28x28x64": qbinary("add", (1, 64, 28, 28), (1, 64, 28, 28)),
+    "qadd-channel-broadcast": qbinary("add", (1, 96, 14, 14), (1, 96, 1, 1)),
     "qmul-channel-broadcast": qbinary("mul", (1, 96, 14, 14), (1, 96, 1, 1)),
     "lut-28x28x32": lut((1, 32, 28, 28)),
     "copy-permute-int8": copy_permute((8, 49, 96), (2, 0, 1), I8),

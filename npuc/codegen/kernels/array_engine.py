@@ -20,8 +20,8 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    the int8 tile per channel with the output zero point and clamp; the bias and the REQUANT
    records of a channel block are loaded once while the block does not change; padding cells
    hold the input zero point.  A fused residual qadd (``npuc.schedule.int8_epilogue``) then
-   widens the int8 tile back into the accumulator tile and the operand into a scratchpad buffer,
-   adds them with the qadd's factors and requantizes with its record (loaded once).
+   adds the operand tile to the int8 tile in place with QADD, the qadd's zero points, factors
+   and record (loaded once).
 
 Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
 tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
@@ -89,6 +89,9 @@ class ArrayEngine:
 
     def __init__(self, p: ArrayProblem, t: ArrayTiling, em: Emitter, operand_names: tuple[str, ...] = ()) -> None:
         self.p, self.t, self.em = p, t, em
+        # an emitter that only counts data movement (the network-level memory plan's) gets the
+        # loads and stores alone: no LOAD_WEIGHTS or MATMUL is built for it
+        self.moves_only = bool(getattr(em, "moves_only", False))
         target = em.target
         self.rows, self.cols = target.array.rows, target.array.cols
         fp = footprint(p, t)
@@ -107,7 +110,6 @@ class ArrayEngine:
         self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
         adds = p.quant.adds if p.quant is not None else 0
-        self.wide = spad.alloc(fp.wide_slot - adds * QADD_RECORD_BYTES, "widened qadd operand") if adds else 0
         self.add_slots = [spad.alloc(QADD_RECORD_BYTES, f"qadd record {i}") for i in range(adds)]
         self.add_records: dict[int, int] = {}  # epilogue step -> scratchpad address of its loaded record
         self.acc_slot = 0
@@ -141,7 +143,10 @@ class ArrayEngine:
     def _step(self, s: Step) -> None:
         xb = self._input(s)
         wb = self._weights(s)
-        self._compute(s, xb, wb)
+        if self.moves_only:
+            self.by_planes = False
+        else:
+            self._compute(s, xb, wb)
         if s.last:
             self._finish(s)
 
@@ -235,7 +240,7 @@ class ArrayEngine:
         acc = Tile(self.acc, s.m, s.tn, DType.fp32 if p.dtype.is_float else DType.int32, space="acc")
         if p.quant is not None:
             self._requantize(s, acc, out)
-            self._int8_epilogue(s, acc, out, operands)
+            self._int8_epilogue(s, out, operands)
         else:
             emit_acc_to_tile(self.em, acc, out)
             apply_epilogue(self.em, p.epilogue, out, operands)
@@ -244,7 +249,7 @@ class ArrayEngine:
         self.out_slot ^= 1
         self.acc_slot = (self.acc_slot + 1) % len(self.accs)
 
-    def _int8_epilogue(self, s: Step, acc: Tile, out: Tile, operands: list[Tile | None]) -> None:
+    def _int8_epilogue(self, s: Step, out: Tile, operands: list[Tile | None]) -> None:
         """The steps after REQUANT on the int8 tile: clamps, and fused qadds."""
         for i, (e, opnd) in enumerate(zip(self.p.epilogue, operands)):
             q = qadd_step(e)
@@ -252,10 +257,8 @@ class ArrayEngine:
                 apply_epilogue(self.em, (e,), out, (opnd,))
                 continue
             y = Block(out.space, out.addr, out.s0, out.s1)
-            a = Block(acc.space, acc.addr, acc.s0, acc.s1)
             r = Block(opnd.space, opnd.addr, opnd.s0, opnd.s1)
-            wide = Block("spad", self.wide, 4, s.tn * 4)
-            for op, f in qadd_instrs(q, s.m, s.tn, y, a, r, wide, self._add_record(i)):
+            for op, f in qadd_instrs(q, s.m, s.tn, y, r, self._add_record(i)):
                 self.em.emit(op, **f)
 
     def _add_record(self, i: int) -> int:

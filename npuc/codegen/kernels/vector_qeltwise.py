@@ -7,14 +7,10 @@ that rotate through three buffer sets (software-pipelined: loads of the next til
 of the previous one overlap the vector work on this one).
 
 ``qbinary`` (inputs a, b and the int32 REQUANT record ``[1, 2]``; ``QuantAttrs.in_zero_points``
-= (za, zb), ``factors`` = (fa, fb) for an add) runs the steps of ``npuc.quant.arith.run_qadd`` /
-``run_qmul`` exactly, each an instruction that saturates to int32 as the reference does:
-
-1. VCVT int8 -> int32 of each operand (a broadcast operand is loaded once per tile row or
-   column and widened with zero strides);
-2. VUN adds -z of each operand, then (add) VUN muls by its factor;
-3. VBIN add (qadd) or mul (qmul) in int32;
-4. REQUANT with the record, the output zero point and the clamp.
+= (za, zb), ``factors`` = (fa, fb) for an add) runs ``npuc.quant.arith.run_qadd`` /
+``run_qmul`` exactly: one QADD / QMUL per tile, the zero points, factors, the record, the output
+zero point and the clamp in its fields (a broadcast operand is loaded once per tile row or column
+and read with zero strides); int8 in, int8 out, no int32 buffer.
 
 ``lut`` (inputs x and the 256-byte int8 table) is one LUT instruction per tile, in place; the
 table is loaded once.
@@ -28,9 +24,6 @@ from npuc.codegen.epilogue import (
     MAX_COUNT,
     Tile,
     broadcast_kind,
-    emit_bias_requant,
-    emit_vbin,
-    emit_vun,
     load_operand,
     load_pieces,
     rows_block,
@@ -122,16 +115,12 @@ class QBinaryKernel:
         if len(q.in_zero_points) != 2 or len(q.factors) != (2 if k.attrs.op == "add" else 0):
             return f"qbinary {k.attrs.op} needs two input zero points and {'two factors' if k.attrs.op == 'add' else 'no factor'}"
         if any(not 0 < f < (1 << 24) for f in q.factors):
-            return f"qadd factors must be positive and below 2^24 (exact fp32 immediates), got {list(q.factors)}"
+            return f"qadd factors must be positive and below 2^24 (QADD's 24-bit factor fields), got {list(q.factors)}"
         return zero_point_problem(k)
 
-    def _set_bytes(self, rows: int, cols: int) -> int:
-        n = rows * cols
-        return 3 * _r(n) + 2 * _r(4 * n)  # a, b, out (int8); a and b widened (int32)
-
     def plan(self, k: Kernel, target) -> Plan:
-        p = _tiling(k, target, 2, self._set_bytes)
-        summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, int32 steps then REQUANT"
+        p = _tiling(k, target, 2, lambda r, c: 3 * _r(r * c))  # a, b, out (int8)
+        summary = f"q{k.attrs.op} {p.rows}x{p.cols} in {p.tile_rows}x{p.tile_cols} tiles, {_INSTR[k.attrs.op]}"
         return tile_plan(summary, self.program(k, p, target), target)
 
     def emit(self, k: Kernel, plan: Plan, em) -> None:
@@ -145,10 +134,8 @@ class QBinaryKernel:
         rec = k.inputs[2]
         bld.emit("DMA_LOAD", esize=4, dram_addr=rec.addr, local_addr=record, n0=2)
         n = p.tile_rows * p.tile_cols
-        sets = [tuple(bld.alloc(sz, f"{what} {i}") for what, sz in
-                      (("a", n), ("b", n), ("out", n), ("a32", 4 * n), ("b32", 4 * n))) for i in range(NSETS)]
+        sets = [tuple(bld.alloc(n, f"{what} {i}") for what in ("a", "b", "out")) for i in range(NSETS)]
         grid = list(tile_grid(p.rows, p.cols, p.tile_rows, p.tile_cols))
-        q = k.quant
         pending: dict[int, tuple[Tile, Tile]] = {}
 
         def fetch(i: int) -> None:
@@ -159,24 +146,32 @@ class QBinaryKernel:
 
         def compute(i: int) -> None:
             _, nr, _, nc = grid[i]
-            _, _, obuf, a32, b32 = sets[i % NSETS]
             ta, tb = pending.pop(i)
-            wide = []
-            for t, buf, z, j in ((ta, a32, q.in_zero_points[0], 0), (tb, b32, q.in_zero_points[1], 1)):
-                w = Tile(buf, nr, nc, DType.int32)
-                _widen(bld, t, w)
-                if z:
-                    emit_vun(bld, w, "adds", float(-z))
-                if q.factors:
-                    emit_vun(bld, w, "muls", float(q.factors[j]))
-                wide.append(w)
-            emit_vbin(bld, wide[0], k.attrs.op, wide[0], wide[1])
-            o = Tile(obuf, nr, nc, DType.int8)
-            emit_bias_requant(bld, wide[0], o, None, record, q.out_zero_point, q.qmin, q.qmax, per_channel=False)
+            o = Tile(sets[i % NSETS][2], nr, nc, DType.int8)
+            _qbinary(bld, k, ta, tb, o, record)
             store_pieces(bld, o, _block(out, p, grid, i))
 
         pipeline(len(grid), fetch, compute, NSETS, bld)
         return bld.finish(f"{p.tile_rows}x{p.tile_cols} tiles of {p.rows}x{p.cols}", p)
+
+
+_INSTR = {"add": "QADD", "mul": "QMUL"}
+
+
+def _qbinary(em, k: Kernel, ta: Tile, tb: Tile, o: Tile, record: int) -> None:
+    """QADD / QMUL of the int8 tiles ``ta`` and ``tb`` (zero strides broadcast) into ``o``."""
+    q = k.quant
+    operands = dict(za=q.in_zero_points[0], zb=q.in_zero_points[1])
+    if k.attrs.op == "add":
+        operands.update(fa=q.factors[0], fb=q.factors[1])
+    for r0 in range(0, o.rows, MAX_COUNT):
+        n1 = min(MAX_COUNT, o.rows - r0)
+        for prefix, t in (("dst", o), ("a", ta), ("b", tb)):
+            operands.update({prefix: t.addr + r0 * t.s1, f"{prefix}_s0": t.s0 if o.cols > 1 else 0,
+                             f"{prefix}_s1": t.s1 if n1 > 1 else 0})
+        em.emit(_INSTR[k.attrs.op], n0=o.cols, n1=n1, **operands, qparams=record, zp=q.out_zero_point,
+                qmin=q.qmin, qmax=q.qmax)
+
 
 def _load(em, pieces, nr: int, nc: int, addr: int, capacity: int) -> Tile:
     """An operand block with the fewest bytes (zero strides where it broadcasts)."""
@@ -185,15 +180,6 @@ def _load(em, pieces, nr: int, nc: int, addr: int, capacity: int) -> Tile:
         load_pieces(em, pieces, t)
         return t
     return load_operand(em, pieces, nr, nc, DType.int8, addr, capacity)
-
-
-def _widen(em, src: Tile, dst: Tile) -> None:
-    """VCVT int8 -> int32 of ``src`` (zero strides broadcast) into the dense ``dst``."""
-    for r0 in range(0, dst.rows, MAX_COUNT):
-        n1 = min(MAX_COUNT, dst.rows - r0)
-        em.emit("VCVT", src_dtype="int8", dst_dtype="int32", n0=dst.cols, n1=n1,
-                src=src.addr + r0 * src.s1, src_s0=src.s0 if dst.cols > 1 else 0, src_s1=src.s1 if n1 > 1 else 0,
-                dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)
 
 
 # ============================================================================ lut
