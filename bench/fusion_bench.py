@@ -42,7 +42,7 @@ def compulsory_bytes(art) -> int:
 def figures(art) -> dict:
     prof = art.profile(*_inputs(art))
     kernels = [lk for c in art.compiled.codes for lk in c.segment.kernels] if art.compiled else []
-    chains = [lk for lk in kernels if lk.kernel.kind == "fused_chain"]
+    chains = [lk for lk in kernels if lk.kernel.kind in ("fused_chain", "pooled_chain")]
     return {
         "dram": prof.dram_bytes,
         "ratio": prof.dram_bytes / compulsory_bytes(art),

@@ -246,6 +246,10 @@ class ChainAttrs:
     every member's constants in scratchpad for the whole chain (else they are reloaded per
     stripe).  The fused kernel's own inputs are every tensor of the members that is not an
     intermediate, in first-use order.
+
+    ``pooled_chain`` kernels (``npuc.lower.cascade_se``) hold the same record: their last member
+    is a global pool of the row members' last output, which is an intermediate too (it is pooled
+    stripe by stripe, never stored); stripes cut the pooled tensor's rows.
     """
 
     stripe_rows: int
@@ -297,4 +301,5 @@ KERNEL_KINDS: dict[str, KindDef] = {d.name: d for d in (
     KindDef("grid_sample", _grid_attrs),
     KindDef("gather", GatherRowsAttrs, int32_inputs=(1, 2)),
     KindDef("fused_chain", ChainAttrs),  # its LKernel counts its members' MACs
+    KindDef("pooled_chain", ChainAttrs),  # a chain whose last member is a global pool of its last row output
 )}

@@ -55,7 +55,12 @@ _ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64,
 
 def cascade(m: LoweredModel, cycles_not_worse: bool = False) -> LoweredModel:
     """``m`` with the chains the cost model chooses fused into ``fused_chain`` kernels; with
-    ``cycles_not_worse`` only chains whose estimate is not slower than their members'."""
+    ``cycles_not_worse`` only chains whose estimate is not slower than their members'.
+    Squeeze-and-excitation blocks are first given their chance to run as two passes that compute
+    the pooled tensor twice instead of storing it (``npuc.lower.cascade_se``)."""
+    from npuc.lower.cascade_se import recompute_squeeze_excitation
+
+    m = recompute_squeeze_excitation(m, cycles_not_worse)
     readers = _readers(m)
     protected = {h.buffer for h in m.homes}
     sizes = {b.name: b for b in m.buffers}

@@ -75,7 +75,7 @@ def _round(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _is_global(k: Kernel) -> bool:
+def is_global_pool(k: Kernel) -> bool:
     a: PoolAttrs = k.attrs
     _, _, h, w = k.inputs[0].shape
     _, _, oh, ow = k.output.shape
@@ -179,7 +179,7 @@ class PoolKernel:
         if kernel.epilogue:
             return "pool2d takes no epilogue"
         problem = dtype_problem(kernel.dtype, target, int8=True) or _int8_problem(kernel)
-        if problem or _is_global(kernel):
+        if problem or is_global_pool(kernel):
             return problem
         if tuple(a.dilation) != (1, 1):
             return f"pool2d with dilation {tuple(a.dilation)} is not supported (VPOOL windows are dense)"
@@ -192,7 +192,7 @@ class PoolKernel:
         n, c, h, w = x.shape
         es = kernel.dtype.size
         budget = target.scratchpad.size_bytes // NSETS
-        if _is_global(kernel):
+        if is_global_pool(kernel):
             chans = min(c, MAX_COUNT)
             while chans > 1 and _round(chans * es) + 2 * _round(chans * 4) > budget:  # a small scratchpad: fewer channels per step
                 chans = -(-chans // 2)
@@ -303,13 +303,13 @@ def _window_tilings(k: Kernel, budget: int) -> list[PoolPlan]:
 
 
 def _global(k: Kernel, p: PoolPlan, em) -> None:
-    x, out = k.inputs[0], k.output
+    x = k.inputs[0]
     n, c, h, w = x.shape
     es = k.dtype.size
     dt = k.dtype.name
     bufs = [em.alloc(p.chunk * p.chans * es, f"pixels {i}") for i in range(NSETS)]
     accs = [em.alloc(p.chans * 4, f"sums {i}") for i in range(2)]
-    records = _load_records(em, k)
+    records = load_records(em, k)
     acc_dt = "fp32" if k.dtype.is_float else "int32"
     op = "max" if k.attrs.kind == "max" else "sum"
     npx = h * w
@@ -326,22 +326,38 @@ def _global(k: Kernel, p: PoolPlan, em) -> None:
             _load_pixels(em, x, b, c0, nc, p0, npix, buf, es)
             em.emit("VREDUCE", op=op, dtype=dt, out_dtype=acc_dt, acc=j > 0, n0=npix, n1=nc, dst=acc, dst_s=4,
                     src=buf, src_s0=nc * es if npix > 1 else 0, src_s1=es if nc > 1 else 0)
-        if not k.dtype.is_float:
-            _finish_int8(em, k, acc, nc, npx, records)
-        elif k.attrs.kind == "avg":
-            div = k.attrs.divisor_override or npx
-            em.emit("VUN", op="muls", dtype="fp32", n0=nc, dst=acc, src=acc, imm0=f32(1.0 / div))
-        if k.dtype.is_float:
-            em.emit("VCVT", src_dtype="fp32", dst_dtype=dt, n0=nc, dst=acc, src=acc)
-        dma_nd(em, "DMA_STORE", out.offset((b, c0, 0, 0)), (nc,), (out.strides[1],), acc, (es,), es)
+        finish_global(em, k, acc, b, c0, nc, npx, records)
 
 
-def _load_records(em, k: Kernel) -> int | None:
-    """int8 average pools: the REQUANT records, loaded once (None for other pools)."""
+def finish_global(em, k: Kernel, acc: int, b: int, c0: int, nc: int, npx: int, records: int | None) -> None:
+    """A global pool's last step for image ``b``, channels ``c0 .. c0+nc``: the fp32 (int32) sums
+    or maxima of ``npx`` pixels at ``acc`` scaled (avg), converted to the output type in place and
+    stored (also the end of a pool accumulated by a chain, ``npuc.codegen.kernels.pooled_chain``)."""
+    out = k.output
+    es = k.dtype.size
+    if not k.dtype.is_float:
+        _finish_int8(em, k, acc, nc, npx, records)
+    elif k.attrs.kind == "avg":
+        div = k.attrs.divisor_override or npx
+        em.emit("VUN", op="muls", dtype="fp32", n0=nc, dst=acc, src=acc, imm0=f32(1.0 / div))
+    if k.dtype.is_float:
+        em.emit("VCVT", src_dtype="fp32", dst_dtype=k.dtype.name, n0=nc, dst=acc, src=acc)
+    dma_nd(em, "DMA_STORE", out.offset((b, c0, 0, 0)), (nc,), (out.strides[1],), acc, (es,), es)
+
+
+def records_bytes(k: Kernel) -> int:
+    """Scratchpad bytes of a pool's REQUANT records (0 when it has none: not an int8 average)."""
+    return k.inputs[1].nbytes if _int8_avg(k) else 0
+
+
+def load_records(em, k: Kernel, addr: int | None = None) -> int | None:
+    """int8 average pools: the REQUANT records, loaded once (into ``addr``, else a buffer of
+    their own); None for other pools."""
     if not _int8_avg(k):
         return None
     rec = k.inputs[1]
-    addr = em.alloc(rec.nbytes, "requant records")
+    if addr is None:
+        addr = em.alloc(rec.nbytes, "requant records")
     dma_nd(em, "DMA_LOAD", rec.addr, rec.shape, rec.strides, addr, (8, 4), 4)
     return addr
 
@@ -394,7 +410,7 @@ def _windows(k: Kernel, p: PoolPlan, em) -> None:
     sets = [(em.alloc(rin_max * wp_max * p.chans * es, f"input {i}"), em.alloc(p.rows * qw * p.chans * es, f"output {i}"),
              em.alloc(p.rows * qw * p.chans * 4, f"int32 sums {i}") if int8_avg else None)
             for i in range(NSETS)]
-    records = _load_records(em, k)
+    records = load_records(em, k)
     divisors = record_divisors(a, (h, w), (oh, ow)) if int8_avg else ()
     include = a.count_include_pad
     hc = _counts(oh, sy, pt, h, kh, include)
