@@ -268,8 +268,8 @@ def compile(  # noqa: A001 (the API's name)
     name: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     host_code: bool = False,
-    fuse_layers: bool | None = None,
-    resident: bool | None = None,
+    fuse_layers: bool | str = False,
+    resident: bool | str = False,
     **runner_opts: Any,
 ) -> Artifact:
     """Compile ``model`` for ``target`` (a preset name, a TOML path or a Target; None: the default).
@@ -293,23 +293,26 @@ def compile(  # noqa: A001 (the API's name)
     ``host_code=True`` compiles the CPU segments ahead of time for the target's host CPU (IREE,
     llvm-cpu; the HOST_CODE section, docs/binary-format.md); the runtime then runs them natively.
     ``fuse_layers`` chooses the cascade stage (docs/compiler.md): chains of layers run depth-first
-    in stripes as ``fused_chain`` kernels, their intermediates on chip.  By default (None) only
-    the chains the checked cost model finds take no more cycles than their layers one by one, in
-    their configuration of least energy; ``True`` every chain that saves energy, slower or not
-    (fewer off-chip bytes, more cycles, a slower compile); ``False`` compiles every layer as its
-    own kernel.
+    in stripes as ``fused_chain`` kernels, their intermediates on chip.  ``False`` (the default)
+    compiles every layer as its own kernel; ``True`` fuses every chain that saves energy, slower
+    or not (fewer off-chip bytes, today more cycles and a slower compile); ``"not-slower"`` only
+    the chains the checked cost model finds take no more cycles than their layers one by one.
     ``resident`` chooses the network-level on-chip plan (docs/compiler.md, "Tensors kept on
-    chip"): by default (None) activations are kept in the scratchpad across kernels where that
-    saves energy and makes no kernel slower (each such kernel walked with its scratchpad copies);
-    ``True`` wherever it saves energy, with re-read weights staged in a faster memory and the
-    next kernel's weights prefetched; ``False`` keeps every activation in its memory.
+    chip"): ``False`` (the default) keeps every activation in its memory; ``True`` keeps
+    activations in the scratchpad across kernels wherever that saves energy, stages re-read
+    weights in a faster memory and prefetches the next kernel's weights; ``"not-slower"`` keeps
+    only the activations whose kernels get no slower (each walked with its scratchpad copies).
+    Neither is the default because both make a compile several times slower for a few per cent
+    of energy on today's chains (docs/design-notes.md).
     """
     from npuc.frontend.models import model_kind, program_inputs
     from npuc.lower.precision import choose_precision
-    from npuc.pipeline import FRONT_STAGES, run_backend, run_frontend, run_graph_passes, split_stage_names
+    from npuc.pipeline import FRONT_STAGES, run_backend, run_frontend, run_graph_passes, schedule_choice, split_stage_names
 
     tgt = resolve_target(target)
     options = quant_options(quantize)
+    schedule_choice(fuse_layers, "fuse_layers")
+    schedule_choice(resident, "resident")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     onnx_model = _onnx_model(model, example_inputs, runner_opts.pop("input_shapes", None), options)
@@ -419,7 +422,7 @@ def _artifact(packaged, tgt, records, host_code: bool = False) -> Artifact:
 
 
 def compile_graph(g, target=None, quantize: str | None = None, host_code: bool = False,
-                  fuse_layers: bool | None = None, resident: bool | None = None, **runner_opts: Any) -> Artifact:
+                  fuse_layers: bool | str = False, resident: bool | str = False, **runner_opts: Any) -> Artifact:
     """Compile an already imported (and optimized) graph; ``quantize="int8"`` for a graph of
     quantized ops (its edge quantize/dequantize move to the runtime)."""
     from npuc.lower.precision import choose_precision

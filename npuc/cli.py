@@ -348,21 +348,28 @@ def _stage_progress(status):
               help="Print what the compilation decided as JSON (segments, sizes, CPU ops with reasons and costs).")
 @click.option("--host-code", is_flag=True,
               help="Compile the CPU segments ahead of time for the target's host CPU (IREE llvm-cpu, [host] triple).")
-@click.option("--fuse-layers/--no-fuse-layers", "fuse_layers", default=None,
+@click.option("--fuse-layers/--no-fuse-layers", "fuse_layers", default=False,
               help="Run chains of layers depth-first in stripes with their intermediates on chip (the cascade "
-                   "stage). Default: only the chains that take no more cycles than their layers one by one; "
-                   "--fuse-layers: every chain that saves energy, even when slower; --no-fuse-layers: none.")
-@click.option("--resident/--no-resident", "resident", default=None,
-              help="Let the memory plan keep activations in the scratchpad across kernels. Default: where that "
-                   "saves energy and makes no kernel slower; --resident: wherever it saves energy (with weights "
-                   "staged and prefetched); --no-resident: none.")
+                   "stage): every chain that saves energy, today often with more cycles. Off by default.")
+@click.option("--resident/--no-resident", "resident", default=False,
+              help="Let the memory plan keep activations in the scratchpad across kernels wherever that saves "
+                   "energy (re-read weights staged, the next kernel's weights prefetched). Off by default.")
+@click.option("--not-slower", is_flag=True,
+              help="With --fuse-layers or --resident: only the chains and kept tensors the checked cost model "
+                   "finds take no more cycles.")
 @input_shape_option
 @user_errors
 def compile_cmd(model, target, output, quantize, calibration, calibration_data, per_tensor, symmetric_activations,
                 observer, float_ops, input_files, print_after, print_after_all, dump_dir, explain, as_json, host_code,
-                fuse_layers, resident, input_shape):
+                fuse_layers, resident, not_slower, input_shape):
     """Compile MODEL for an NPU target into a .npub binary."""
     import npuc
+    from npuc.codegen.resident_plan import NOT_SLOWER
+
+    if not_slower and not (fuse_layers or resident):
+        raise click.UsageError("--not-slower qualifies --fuse-layers or --resident; give one of them")
+    if not_slower:
+        fuse_layers, resident = (NOT_SLOWER if fuse_layers else False), (NOT_SLOWER if resident else False)
 
     check_output_path(output, "the binary")
     module, inputs = _load_compile_model(model, input_files, _shapes(input_shape))

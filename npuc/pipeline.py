@@ -403,26 +403,40 @@ class Packaged:
     compiled: Compiled
 
 
-def cascade_stage(fuse_layers: bool | None) -> Callable[[Any], Any]:
+def schedule_choice(value: Any, what: str) -> bool | str:
+    """``fuse_layers=`` or ``resident=`` checked: False (off, the default), True (wherever the
+    cost model finds it saves energy) or ``"not-slower"`` (only where it also takes no cycles)."""
+    from npuc.codegen.resident_plan import NOT_SLOWER
+
+    if value is False or value is True or value == NOT_SLOWER:
+        return value
+    raise NpucError(f"{what}={value!r} is not a choice: give False (off), True (wherever it saves energy) "
+                    f"or {NOT_SLOWER!r} (only where it also takes no more cycles)")
+
+
+def cascade_stage(fuse_layers: bool | str) -> Callable[[Any], Any]:
     """The cascade stage as ``fuse_layers`` asks (see :func:`backend_stages`)."""
+    from npuc.codegen.resident_plan import NOT_SLOWER
     from npuc.lower.cascade import cascade
 
-    if fuse_layers is False:
+    if not schedule_choice(fuse_layers, "fuse_layers"):
         return lambda m: m
-    return lambda m: cascade(m, cycles_not_worse=fuse_layers is None)
+    return lambda m: cascade(m, cycles_not_worse=fuse_layers == NOT_SLOWER)
 
 
 def backend_stages(target: Any, precision: Any, model_name: str,
-                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool | None = None,
-                   resident: bool | None = None) -> list[Stage]:
+                   on_stage: Callable[[str], None] | None = None, fuse_layers: bool | str = False,
+                   resident: bool | str = False) -> list[Stage]:
     """The backend as stages over its IRs (graph -> lowered -> planned -> compiled -> packaged).
-    ``fuse_layers``: None (the default) fuses the chains of least energy that take no more
-    cycles than their layers one by one; True the chains of least energy, slower or not; False
-    leaves every kernel on its own (the cascade stage passes the model on).  ``resident``: None
-    (the default) lets the memory plan keep activations in the scratchpad across kernels where
-    that makes no kernel slower; True wherever it saves energy (and stages re-read weights in a
-    faster memory, and prefetches the next kernel's weights); False keeps none."""
+    ``fuse_layers``: False (the default) leaves every kernel on its own (the cascade stage passes
+    the model on); True fuses the chains of least energy, slower or not; ``"not-slower"`` only
+    those that take no more cycles than their layers one by one.  ``resident``: False (the
+    default) keeps no activation on chip; True keeps them in the scratchpad across kernels
+    wherever it saves energy (and stages re-read weights in a faster memory, and prefetches the
+    next kernel's weights); ``"not-slower"`` only where that makes no kernel slower."""
     from npuc.codegen.driver import code_text, emit_segment, finish_segment
+
+    schedule_choice(resident, "resident")
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
     from npuc.codegen.weight_compression import compress_weight_loads
@@ -505,8 +519,8 @@ def run_backend(
     out: TextIO | None = None,
     records: list[StageRecord] | None = None,
     on_stage: Callable[[str], None] | None = None,
-    fuse_layers: bool | None = None,
-    resident: bool | None = None,
+    fuse_layers: bool | str = False,
+    resident: bool | str = False,
 ) -> Packaged:
     """Run the backend stages on an optimized graph; print/dump them as asked (``fuse_layers``,
     ``resident``: see :func:`backend_stages`)."""

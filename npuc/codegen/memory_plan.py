@@ -134,14 +134,14 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in life.items()}
 
 
-def plan_memory(m: LoweredModel, resident: bool | None = False) -> MemoryPlanResult:
+def plan_memory(m: LoweredModel, resident: bool | str = False) -> MemoryPlanResult:
     """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
     first stage the weights that a kernel re-reads from a slow memory in a faster one
     (``npuc.codegen.weight_staging``, when the staged copies fit) and let the cost model keep
-    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``); ``None``:
+    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``); ``"not-slower"``:
     keep only those that make no kernel slower (``choose_on_chip(cycles_not_worse=True)``), and
     stage no weights."""
-    if resident:
+    if resident is True:
         from npuc.codegen.weight_staging import stage_weights
 
         staged_model, staged = stage_weights(m)
@@ -153,12 +153,12 @@ def plan_memory(m: LoweredModel, resident: bool | None = False) -> MemoryPlanRes
     return _plan(m, resident)
 
 
-def _plan(m: LoweredModel, resident: bool | None) -> MemoryPlanResult:
+def _plan(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
     from npuc.codegen.local_memory import RESIDENT_BASE
-    from npuc.codegen.resident_plan import choose_on_chip
+    from npuc.codegen.resident_plan import NOT_SLOWER, choose_on_chip
 
     t = m.target
-    on_chip = choose_on_chip(m, cycles_not_worse=resident is None) if resident is not False else None
+    on_chip = choose_on_chip(m, cycles_not_worse=resident == NOT_SLOWER) if resident else None
     kept = on_chip.offsets if on_chip is not None else {}
     placed: list[Placed] = []
     regions: list[tuple[str, str, int, int]] = []

@@ -29,7 +29,7 @@ whole network:
    memories' energy per byte and its cycles at static power, each at its own split, less the
    savings.  Keeping nothing is a candidate too, so the plan never costs more than the estimate
    without it.
-5. **Not slower** (``cycles_not_worse``, the compiler's default): the choices of the splits are
+5. **Not slower** (``cycles_not_worse``, ``resident="not-slower"``): the choices of the splits are
    taken in order of estimated energy (the first ``CHECKED_SPLITS``); every kernel that reaches
    a kept tensor is recorded through the scratchpad copies it will issue and walked
    (:func:`kept_cycles`), every other kernel keeps its estimate at its split, and the tensors
@@ -373,6 +373,7 @@ def _slower_kernels(m: LoweredModel, kernels: list[Kernel], traffic: list[Traffi
     return out
 
 
+NOT_SLOWER = "not-slower"  # fuse_layers= / resident=: only what the checked cost model finds takes no cycles
 CHECKED_SPLITS = 2  # with cycles_not_worse: the splits of least energy checked for cycles, in order
 
 

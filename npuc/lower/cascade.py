@@ -19,7 +19,7 @@ their own recorded steps.  The objective is energy: a chain is kept in its confi
 least energy that spends less energy than its members, and with ``cycles_not_worse`` only one
 that takes no more cycles than them as well; a chain that does not win is taken out of the
 dynamic program, which runs again (so its shorter sub-chains get their chance), until every
-chain it picks wins.  With ``cycles_not_worse`` (the compiler's default) most long chains lose,
+chain it picks wins.  With ``cycles_not_worse`` (``fuse_layers="not-slower"``) most long chains lose,
 and pricing every shorter one in turn would make the compile many times slower, so only the
 chains of the first ``ROUNDS_NOT_WORSE`` rounds of the dynamic program are priced; it then runs
 once more over the chains already proven to win.
