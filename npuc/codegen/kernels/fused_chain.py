@@ -108,6 +108,20 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                            f"the members less than a quarter of the {target.scratchpad.size_bytes}-byte scratchpad")
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
+    bands, acc = stripe_bands(members, stripes, sub)
+    program = chain_program(k, target, stripes, layout, sub, bands)
+    double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
+    summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
+               f"{len(a.intermediates)} intermediates in scratchpad ({sum(n for _, _, n in layout.buffers):,} B), "
+               f"staged inputs {'double' if double else 'single'}-buffered, "
+               f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
+    return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
+                ChainPlan(stripes, layout, sub, bands, program))
+
+
+def stripe_bands(members, stripes, sub: Any) -> tuple[tuple[tuple, ...], int]:
+    """Every member's band plan in every stripe (None where a stripe gives it no rows) on the
+    members' share of the scratchpad ``sub``, and the most accumulator bytes any of them takes."""
     bands = []
     acc = 0
     for s in stripes:
@@ -120,14 +134,7 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
             row.append(plan)
             acc = max(acc, plan.acc_bytes)
         bands.append(tuple(row))
-    program = chain_program(k, target, stripes, layout, sub, tuple(bands))
-    double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
-    summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
-               f"{len(a.intermediates)} intermediates in scratchpad ({sum(n for _, _, n in layout.buffers):,} B), "
-               f"staged inputs {'double' if double else 'single'}-buffered, "
-               f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
-    return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
-                ChainPlan(stripes, layout, sub, tuple(bands), program))
+    return tuple(bands), acc
 
 
 _BAND_PLANS: dict[tuple, Plan] = {}

@@ -24,9 +24,9 @@ from typing import Any
 
 from npuc.codegen.kernel import register_kernel
 from npuc.codegen.kernels.fused_chain import (
-    band_plan,
     chain_program,
     placed_members,
+    stripe_bands,
     with_scratchpad,
 )
 from npuc.codegen.kernels.vector_pool import finish_global, is_global_pool, load_records, records_bytes
@@ -40,7 +40,6 @@ from npuc.schedule.cascade_cost import (
     ALIGN,
     ChainLayout,
     Stripe,
-    band_kernel,
     chain_layout,
     chain_stripes,
     externals,
@@ -142,27 +141,16 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
     sub = with_scratchpad(target, layout.member_bytes)
     row_k = _row_kernel(k)
     members = placed_members(row_k, target)
-    bands = []
-    acc = 0
-    for s in stripes:
-        row = []
-        for m, (o0, o1) in zip(members, s.out_rows):
-            if o1 <= o0:
-                row.append(None)
-                continue
-            plan = band_plan(band_kernel(m, o0, o1), sub)
-            row.append(plan)
-            acc = max(acc, plan.acc_bytes)
-        bands.append(tuple(row))
+    bands, acc = stripe_bands(members, stripes, sub)
     sums = spad - pool_bytes(a.members[-1])
-    program = pooled_program(k, target, stripes, layout, sub, tuple(bands), sums)
+    program = pooled_program(k, target, stripes, layout, sub, bands, sums)
     pool = a.members[-1]
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{pool.output.shape[1]} channels {pool.attrs.kind}-pooled per stripe, "
                f"'{pool.inputs[0].name}' never stored; constants "
                f"{'resident' if a.resident_weights else 'reloaded per stripe'}")
     return Plan(summary, spad, acc, program_cycles(program, target),
-                PooledPlan(stripes, layout, sub, tuple(bands), sums, program))
+                PooledPlan(stripes, layout, sub, bands, sums, program))
 
 
 def pooled_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
