@@ -27,7 +27,7 @@ def kinds(art) -> list[str]:
     return [lk.kernel.kind for c in art.compiled.codes for lk in c.segment.kernels]
 
 
-def test_default_fuses_and_keeps_on_chip_only_without_costing_cycles():
+def test_not_slower_fuses_and_keeps_on_chip_only_without_costing_cycles():
     torch.manual_seed(2)
     m = _ChainBesideKept().eval()
     x = torch.randn(1, 8, 33, 27)
@@ -44,7 +44,7 @@ def test_default_fuses_and_keeps_on_chip_only_without_costing_cycles():
     assert npuc.compile(m, (x,), target="npu-mid", **NOT_SLOWER).to_bytes() == auto.to_bytes()
 
 
-def test_default_int8_is_bit_exact_and_not_slower():
+def test_not_slower_int8_is_bit_exact_and_not_slower():
     torch.manual_seed(4)
     m = _ChainBesideKept().eval()
     x = torch.randn(1, 8, 33, 27)
