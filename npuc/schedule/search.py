@@ -122,17 +122,17 @@ def _bands(p: ArrayProblem, th: int, tc: int, unfold: bool) -> list[tuple[int, i
 
 def candidates(target: Target, p: ArrayProblem, whole_bursts: bool = True) -> list[ArrayTiling]:
     """Candidate tilings, before the fit check (deterministic order).  Past ``MAX_CANDIDATES``
-    the sweep is cut evenly across reduction blocks and output-channel widths (the list of
-    each pair is interleaved), so that no block size or width is dropped whole.
+    the sweep is cut evenly across reduction blocks, output-channel widths and accumulator
+    slot counts (the list of each is interleaved), so that none of them is dropped whole.
     ``whole_bursts``: reduction blocks of whole DRAM bursts only (see ``_reduction_blocks``)."""
     unfolds = [False, True] if can_unfold(p) else [False]
     flows = [f for f in Dataflow if target.supports_dataflow(f) and (f is Dataflow.weight_stationary or can_os(p))]
     per_block: list[list[ArrayTiling]] = []
     for tc in _reduction_blocks(target, p, whole_bursts):
         for tn in reversed(_widths(target, p)):
-            out: list[ArrayTiling] = []
-            per_block.append(out)
             for acc_slots in (2, 1):
+                out: list[ArrayTiling] = []
+                per_block.append(out)
                 for th, tw in _shapes(target, p, tn, acc_slots, narrow=not whole_bursts):
                     for unfold in unfolds:
                         # one channel block or one pixel tile: both orders are the same nest

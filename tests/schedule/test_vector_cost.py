@@ -265,9 +265,10 @@ def test_median_error_within_three_percent():
     assert statistics.median(errors) <= 0.03, f"median error {statistics.median(errors):.1%}"
 
 
-# fused_chain is not a vector or move kernel: its members are (and array kernels); its own tile
-# program (every step of its stripes) is checked against the simulator in test_chain_cost.py.
-COMPOSITE_KINDS = {"fused_chain"}
+# fused_chain and pooled_chain are not vector or move kernels: their members are (and array
+# kernels); their own tile programs (every step of their stripes) are checked against the
+# simulator in test_chain_cost.py and test_pooled_chain.py.
+COMPOSITE_KINDS = {"fused_chain", "pooled_chain"}
 
 
 def test_every_vector_and_move_kind_is_covered():
