@@ -231,6 +231,16 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     return rec.finish(f"stripes of {a.stripe_rows} rows of '{k.output.name}'", a)
 
 
+def unsupported_member(a: ChainAttrs, target: Any) -> str | None:
+    """Why the first of a chain's members its own kernel does not support cannot run; None when
+    every member can."""
+    for m in a.members:
+        why = get_kernel(m.kind).supports(m, target)
+        if why:
+            return f"member {m.name}: {why}"
+    return None
+
+
 class FusedChain:
     """The ``fused_chain`` kernel (docs/kernels.md, "Fused chains")."""
 
@@ -239,11 +249,7 @@ class FusedChain:
     def supports(self, k: Kernel, target: Any) -> str | None:
         if not isinstance(k.attrs, ChainAttrs) or not k.attrs.members:
             return "a fused chain takes ChainAttrs with its member kernels"
-        for m in k.attrs.members:
-            why = get_kernel(m.kind).supports(m, target)
-            if why:
-                return f"member {m.name}: {why}"
-        return None
+        return unsupported_member(k.attrs, target)
 
     def plan(self, k: Kernel, target: Any) -> Plan:
         return plan_chain(k, target)

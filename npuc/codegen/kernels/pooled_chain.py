@@ -27,6 +27,7 @@ from npuc.codegen.kernels.fused_chain import (
     chain_program,
     placed_members,
     stripe_bands,
+    unsupported_member,
     with_scratchpad,
 )
 from npuc.codegen.kernels.vector_pool import finish_global, is_global_pool, load_records, records_bytes
@@ -205,18 +206,9 @@ class PooledChain:
     kind = "pooled_chain"
 
     def supports(self, k: Kernel, target: Any) -> str | None:
-        from npuc.codegen.kernel import get_kernel
-
         if not isinstance(k.attrs, ChainAttrs):
             return "a pooled chain takes ChainAttrs with its member kernels"
-        why = pooled_problem(k.attrs)
-        if why:
-            return why
-        for m in k.attrs.members:
-            why = get_kernel(m.kind).supports(m, target)
-            if why:
-                return f"member {m.name}: {why}"
-        return None
+        return pooled_problem(k.attrs) or unsupported_member(k.attrs, target)
 
     def plan(self, k: Kernel, target: Any) -> Plan:
         return plan_pooled(k, target)
