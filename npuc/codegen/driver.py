@@ -53,6 +53,7 @@ class EmittedSegment:
     plans: tuple[Plan, ...]
     spad_offsets: tuple[int, ...]
     loops: tuple[tuple[int, int, int], ...] = ()  # the loop nests emitted (Emitter.loops)
+    loop_moves: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()  # their field moves (Emitter.loop_moves)
 
 
 def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> EmittedSegment:
@@ -85,7 +86,8 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
     offsets = tuple(b + r for b, r in zip(bases, splits))
-    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets, tuple(em.loops))
+    return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets, tuple(em.loops),
+                          tuple(em.loop_moves))
 
 
 def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
@@ -94,7 +96,11 @@ def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
     (:func:`npuc.codegen.reroll.roll`, which checks every nest against the instructions, so an
     instruction rewritten in place only ends a LOOP early)."""
     seg, plans = e.segment, e.plans
-    rolled, labels = roll(e.instrs if instrs is None else instrs, e.labels, e.loops)
+    if instrs is None:
+        instrs, rewritten = e.instrs, ()
+    else:  # weight compression rewrote these in place (every other instruction is the emitted one)
+        rewritten = tuple(i for i, (a, b) in enumerate(zip(instrs, e.instrs)) if a is not b)
+    rolled, labels = roll(instrs, e.labels, e.loops, e.loop_moves, rewritten)
     program = Program(tuple(rolled))
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)

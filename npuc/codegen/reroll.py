@@ -19,12 +19,15 @@ shrinks.
 
 from __future__ import annotations
 
+import bisect
+from itertools import compress
+from operator import attrgetter, ne
 from typing import Sequence
 
 from npuc.errors import CompileError
-from npuc.isa.instr import Instr
-from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, MAX_PERIOD, Slot, expand, group, loop_instr, slot_offset, strides
+from npuc.isa.instr import FieldError, Instr, get_def
+from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, expand, group, loop_instr, loop_problem,
+                             slot_offset, slots, strides)
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -33,6 +36,7 @@ MAX_MOVES = 48  # differing fields between two repetitions worth grouping into s
 LOOKAHEAD = 2  # later starts compared with a run's (peeling a first repetition)
 PREFER = 1000  # a longer period replaces a shorter one only when it saves this many times more (innermost first)
 MAX_ITERATIONS = get_def("LOOP").field("n").max_value
+_ARGS = attrgetter("args")
 
 
 def reroll(instrs: Sequence[Instr], labels: Sequence[str], check: bool = True) -> tuple[list[Instr], list[str]]:
@@ -65,6 +69,83 @@ def check_expansion(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Se
         f"internal error: the LOOPs written for the program{where} do not expand to the emitted "
         f"instructions (dynamic instruction {i} differs); please report it with the model and target"
     )
+
+
+def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequence[str]) -> None:
+    """Raise CompileError unless ``rolled`` stands for ``instrs``, checked in time linear in the
+    encoded program plus a comparison of flags per dynamic instruction, not by expanding it.
+
+    Every instruction outside a LOOP must be the one it stands for; every top-level LOOP must
+    run as many instructions as it replaces, every iteration with the mnemonics and dependency
+    flags of the instructions it stands for (so the tokens, which the race detector and the
+    simulator see per dynamic instruction, are the emitter's), and the iterations where its
+    strided fields are extreme or rotate -- the first, the first period of every rotating slot,
+    the last -- must expand to exactly the instructions they stand for, fields and all (so the
+    slots, their offsets, periods and phases are the ones the runs were found with, and every
+    strided field stays in range).  :func:`reroll` and :func:`roll` compare every other
+    iteration field by field, or know its fields from the emitter's moves, when they find a run;
+    :func:`check_expansion` is the full comparison."""
+    problem = loop_problem(list(rolled) + ([] if rolled and rolled[-1].op == "END" else [Instr.make("END")]))
+    if problem:
+        _mismatch(labels, 0, f"the LOOPs written are malformed ({problem})")
+    pos, i = 0, 0
+    while i < len(rolled):
+        ins = rolled[i]
+        if ins.op != "LOOP":
+            if pos >= len(instrs) or (ins is not instrs[pos] and ins != instrs[pos]):
+                _mismatch(labels, i, f"instruction {i} differs from emitted instruction {pos}")
+            pos, i = pos + 1, i + 1
+            continue
+        body = list(rolled[i + 1:i + 1 + ins.args.body])
+        n, per = ins.args.n, dynamic_count(body)
+        if pos + n * per > len(instrs):
+            _mismatch(labels, i, f"the LOOP at instruction {i} runs past the emitted instructions")
+        try:
+            first, _ = expand(body)
+            flags = [(x.op, x.deps) for x in first]
+            for k in range(1, n):
+                lo = pos + k * per
+                if [(x.op, x.deps) for x in instrs[lo:lo + per]] != flags:
+                    _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} has other flags")
+            period = max((sl[5] for sl in slots(ins)), default=0)
+            for k in sorted({0, *range(1, min(n, max(period, 1) + 1)), n - 1}):
+                got = first if k == 0 else expand(_iteration(ins, body, k))[0]
+                if got != list(instrs[pos + k * per:pos + (k + 1) * per]):
+                    _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} differs")
+        except FieldError as e:
+            _mismatch(labels, i, str(e))
+        pos, i = pos + n * per, i + 1 + ins.args.body
+    if pos != len(instrs):
+        _mismatch(labels, len(rolled) - 1, f"the program runs {pos} instructions, {len(instrs)} were emitted")
+
+
+def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
+    """Iteration ``k`` of ``loop``'s ``body``: every strided field moved by its slot's offset."""
+    adds: dict[int, dict[int, int]] = {}
+    for j, f, stride, period, phase in strides(loop):
+        d = adds.setdefault(j, {})
+        d[f] = d.get(f, 0) + slot_offset(k, stride, period, phase)
+    out = list(body)
+    for j, d in adds.items():
+        ins = body[j]
+        vals = list(ins.args)
+        for f, add in d.items():
+            vals[f] += add
+            reason = ins.defn.fields[f].problem(vals[f])
+            if reason:
+                raise FieldError(f"iteration {k}: field '{ins.defn.fields[f].name}' of `{ins}` {reason}")
+        args = type(ins.args)._make(vals)
+        reason = ins.defn.validate(args)
+        if reason:
+            raise FieldError(f"iteration {k}: `{ins}`: {reason}")
+        out[j] = Instr(ins.op, args, ins.deps)
+    return out
+
+
+def _mismatch(labels: Sequence[str], i: int, what: str) -> None:
+    where = f" in layer {labels[i]}" if 0 <= i < len(labels) and labels[i] else ""
+    raise CompileError(f"internal error: the LOOPs written for the program{where} do not stand for the "
+                       f"emitted instructions: {what}; please report it with the model and target")
 
 
 # ------------------------------------------------------------------------------ one pass
@@ -115,17 +196,19 @@ def _fixed(ins: Instr) -> tuple:
 def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
     """{(offset, field): b - a} for every field where body ``b`` differs from body ``a``; None
     when they differ otherwise (a LOOP) or in more than ``most`` fields."""
+    aa, bb = list(map(_ARGS, a)), list(map(_ARGS, b))
+    differ = list(compress(range(len(aa)), map(ne, aa, bb)))
+    if len(differ) > most:  # every differing instruction differs in a field at least
+        return None
     out: dict[tuple[int, int], int] = {}
-    for j, (x, y) in enumerate(zip(a, b)):
-        if x.args == y.args:
-            continue
-        if x.op == "LOOP":
+    for j in differ:
+        if a[j].op == "LOOP":
             return None
-        for f, (u, v) in enumerate(zip(x.args, y.args)):
-            if u != v:  # an integer field: the signatures hold the others equal
-                out[(j, f)] = v - u
-                if len(out) > most:
-                    return None
+        x, y = aa[j], bb[j]
+        for f in compress(range(len(x)), map(ne, x, y)):  # integer fields: the signatures hold the others equal
+            out[(j, f)] = y[f] - x[f]
+        if len(out) > most:
+            return None
     return out
 
 
@@ -173,8 +256,9 @@ def _rotation(first: int, got: int, k: int) -> tuple[int, int, int] | None:
     return None
 
 
-def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | None:
-    """(repetitions, stride slots) of the run of ``period`` units starting at unit ``u``."""
+def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int], list[int]]] | None:
+    """(repetitions, stride model: see :func:`_advance`) of the run of ``period`` units starting
+    at unit ``u`` (:func:`_slots` gives its LOOP's slots)."""
     sig = units.sig
     n = len(units)
     if u + 2 * period > n or sig[u:u + period] != sig[u + period:u + 2 * period]:
@@ -201,10 +285,12 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, tuple[Slot, ...]] | N
             break
         model = nxt
         count += 1
-    used = group([(j, f, *m) for (j, f), m in model.items()])
-    if used is None:
-        return None
-    return count, used
+    return count, model
+
+
+def _slots(model: dict[tuple[int, int], list[int]]) -> tuple[Slot, ...] | None:
+    """The stride slots of a run's model (:func:`_run`), or None when they do not fit a LOOP."""
+    return group([(j, f, *m) for (j, f), m in model.items()])
 
 
 def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tuple[Slot, ...]] | None:
@@ -216,12 +302,14 @@ def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tup
         tried += 1
         found = _run(units, u, v - u)
         if found is not None:
-            count, slots = found
+            count, model = found
             lo, hi = units.span(u, v - u)
             saving = (count - 1) * (hi - lo) - 1
             # the innermost period first: outer passes nest it into the larger ones
             if saving > 0 and (best is None or saving > PREFER * best[0]):
-                best = (saving, v - u, count, slots)
+                used = _slots(model)
+                if used is not None:
+                    best = (saving, v - u, count, used)
         v = nxt[v]
     return best
 
@@ -281,15 +369,16 @@ def _nested_run(body: list[Instr], labels: list[str], count: int, slots: tuple[S
     when the body has none, or has LOOPs already (an outer pass nests those)."""
     if len(body) < NEST_FROM or any(i.op == "LOOP" for i in body):
         return None
-    nested = _nested_body(body, labels, list(strides(loop_instr(count, len(body), slots))))
+    nested = _nested_body(body, labels, [(j + m * d, f, s, p, h) for j, d, r, f, s, p, h in slots if s for m in range(r)])
     return nested or None
 
 
 # ------------------------------------------------------------------------------ known loops
 
 
-def roll(instrs: Sequence[Instr], labels: Sequence[str],
-         loops: Sequence[tuple[int, int, int]]) -> tuple[list[Instr], list[str]]:
+def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[int, int, int]],
+         moves: Sequence[tuple[tuple[int, int, int, int], ...]] | None = None,
+         rewritten: Sequence[int] = ()) -> tuple[list[Instr], list[str]]:
     """The program with its emitted loop nests written as LOOPs and the rest rerolled.
 
     ``loops`` are the nests the emitter was given, as (first index, body length, iterations)
@@ -297,8 +386,15 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
     they repeat with the same dependency flags (the first and last ones of a pipeline may not:
     they stay plain and are rerolled with their neighbours), so nothing is searched for over a
     nest; the body itself is rerolled (a short search) to nest the repetitions inside one
-    iteration.  Everything outside the nests goes through :func:`reroll`.  The result expands
-    to ``instrs`` exactly (checked: :func:`check_expansion`)."""
+    iteration.  Everything outside the nests goes through :func:`reroll`.
+
+    ``moves`` (:attr:`npuc.codegen.emitter.Emitter.loop_moves`, one per nest: (body step, field
+    index, stride, period)) say how the emitter moved each nest's fields, so an iteration is
+    compared with the first by its dependency flags alone and its field changes are the moves'
+    (:func:`_nest_run`); ``rewritten``: the instructions replaced since emission (weight
+    compression), whose iterations are compared field by field.  Without ``moves`` every
+    iteration is compared field by field.  The result expands to ``instrs`` exactly (checked:
+    :func:`check_loops`)."""
     out: list[Instr] = []
     labs: list[str] = []
     plain: list[Instr] = []
@@ -313,14 +409,22 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
             plain_labs.clear()
 
     pos = 0
-    for start, body, n in sorted(loops):
+    nest_moves = list(moves) if moves is not None else [None] * len(loops)
+    touched = sorted(rewritten)
+    for (start, body, n), mv in sorted(zip(loops, nest_moves), key=lambda x: x[0]):
         plain.extend(instrs[pos:start])
         plain_labs.extend(labels[pos:start])
         runs: dict[int, tuple | None] = {}
 
-        def run_at(v: int, start: int = start, body: int = body, n: int = n):
+        def run_at(v: int, start: int = start, body: int = body, n: int = n, mv=mv):
             if v not in runs:
-                runs[v] = _known_run(instrs, labels, start + v * body, body, n - v) if v < n else None
+                lo = start + v * body
+                if v >= n:
+                    runs[v] = None
+                elif mv is None or _touches(touched, lo, lo + body):
+                    runs[v] = _known_run(instrs, labels, lo, body, n - v)
+                else:
+                    runs[v] = _nest_run(instrs, lo, body, n - v, mv, v, touched)
             return runs[v]
 
         u = 0
@@ -353,8 +457,63 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str],
     plain.extend(instrs[pos:])
     plain_labs.extend(labels[pos:])
     flush()
-    check_expansion(out, instrs, labs)
+    check_loops(out, instrs, labs)
     return out, labs
+
+
+def _touches(touched: Sequence[int], lo: int, hi: int) -> bool:
+    """Whether a rewritten instruction (``touched``, sorted) lies in ``[lo, hi)``."""
+    k = bisect.bisect_left(touched, lo)
+    return k < len(touched) and touched[k] < hi
+
+
+def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
+              moves: Sequence[tuple[int, int, int, int]], v: int, touched: Sequence[int]):
+    """:func:`_known_run` for the iterations of an emitted nest from its iteration ``v`` (at
+    ``lo``) on, with the emitter's ``moves``: iteration ``v + c`` is the body with the moves
+    applied (the emitter built it so), so only its dependency flags are compared with the first
+    one's, and the fields it changes are the moves' offsets from iteration ``v`` -- what
+    :func:`_delta` finds comparing the instructions, without comparing them.  An iteration with
+    a rewritten instruction (``touched``) is compared field by field."""
+    if left < 2 or body > MAX_BODY:
+        return None
+    first = instrs[lo:lo + body]
+    if any(i.op in ("LOOP", "END") for i in first):
+        return None
+    flags = [i.deps for i in first]
+    key = [(i.op, i.deps, _fixed(i)) for i in first]
+    most = len(first) * 8
+
+    def moved_at(c: int):
+        """The fields iteration ``v + c`` changes from iteration ``v``, or None when it does not
+        repeat the first one's flags and fixed fields."""
+        b = lo + c * body
+        if _touches(touched, b, b + body):
+            if not all((i.op, i.deps) == k[:2] and _fixed(i) == k[2] for i, k in zip(instrs[b:b + body], key)):
+                return None
+            return _delta(first, instrs[b:b + body], most)
+        if [i.deps for i in instrs[b:b + body]] != flags:
+            return None
+        out: dict[tuple[int, int], int] = {}
+        for j, f, stride, period in moves:
+            d = ((v + c) % period - v % period if period else c) * stride
+            if d:
+                out[(j, f)] = out.get((j, f), 0) + d
+        out = {k: out[k] for k in sorted(out) if out[k]}
+        return out if len(out) <= most else None
+
+    moved = moved_at(1)
+    if moved is None:
+        return None
+    model = {k: [s, 0, 0] for k, s in moved.items()}
+    count = 2
+    while count < left and count < MAX_ITERATIONS:
+        moved = moved_at(count)
+        nxt = None if moved is None else _advance(model, moved, count)
+        if nxt is None:
+            break
+        model, count = nxt, count + 1
+    return count, [(j, f, *m) for (j, f), m in model.items()]
 
 
 def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):

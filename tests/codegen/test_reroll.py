@@ -23,8 +23,8 @@ def _unrolled_and_rolled(model, x, preset):
     seen = []
     real = driver.roll
 
-    def spy(instrs, labels, loops):
-        out = real(instrs, labels, loops)
+    def spy(instrs, labels, loops, *known):
+        out = real(instrs, labels, loops, *known)
         seen.append((list(instrs), list(labels), out))
         return out
 
