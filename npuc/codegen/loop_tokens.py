@@ -272,9 +272,9 @@ def _replicate(em: "Emitter", body, moves, n: int, k: int, t: int, start: int, r
     nsteps = len(body)
     label = em._label
     ops, qs, waits, signals, sources, clocks = em._ops, em._queues, em._waits, em._signals, em._sources, em._clock_at
-    tables = [[(em._writes if w else em._reads)[mem][queues[b]] for r, (b2, mem, w) in enumerate(regs.kind)
-               if b2 == b] for b in range(nsteps)]
     by_step = regs.by_step
+    tables = [[(em._writes if regs.kind[r][2] else em._reads)[regs.kind[r][1]][queues[b]] for r in by_step[b]]
+              for b in range(nsteps)]
     sigq = [_QUEUES[q] for q in queues]
     for i in range(k + 1, n):
         tpl = i - t * ((i - k - 1) // t + 1)

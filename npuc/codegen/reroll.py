@@ -156,6 +156,7 @@ class _Units:
 
     def __init__(self, instrs: list[Instr], labels: list[str]) -> None:
         self.instrs, self.labels = instrs, labels
+        self.args = list(map(_ARGS, instrs))
         self.starts: list[int] = []
         i = 0
         while i < len(instrs):
@@ -196,7 +197,11 @@ def _fixed(ins: Instr) -> tuple:
 def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
     """{(offset, field): b - a} for every field where body ``b`` differs from body ``a``; None
     when they differ otherwise (a LOOP) or in more than ``most`` fields."""
-    aa, bb = list(map(_ARGS, a)), list(map(_ARGS, b))
+    return _args_delta(a, list(map(_ARGS, a)), list(map(_ARGS, b)), most)
+
+
+def _args_delta(a: Sequence[Instr], aa: list, bb: list, most: int) -> dict[tuple[int, int], int] | None:
+    """:func:`_delta` of body ``a`` (whose args are ``aa``) and the body whose args are ``bb``."""
     differ = list(compress(range(len(aa)), map(ne, aa, bb)))
     if len(differ) > most:  # every differing instruction differs in a field at least
         return None
@@ -267,9 +272,9 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
     body = mid - lo
     if body > MAX_BODY:
         return None
-    instrs = units.instrs
-    first = instrs[lo:mid]
-    moved = _delta(first, instrs[mid:mid + body])
+    instrs, args = units.instrs, units.args
+    first, first_args = instrs[lo:mid], args[lo:mid]
+    moved = _args_delta(first, first_args, args[mid:mid + body], MAX_MOVES)
     if moved is None:
         return None
     model = {key: [s, 0, 0] for key, s in moved.items()}
@@ -279,7 +284,7 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
         if sig[u + count * period:u + (count + 1) * period] != pattern:
             break
         b = units.starts[u + count * period]
-        moved = _delta(first, instrs[b:b + body])
+        moved = _args_delta(first, first_args, args[b:b + body], MAX_MOVES)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break

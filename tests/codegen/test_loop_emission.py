@@ -126,10 +126,12 @@ def _both(kernel: Kernel, plan, target):
         with em.source(kernel.name):
             impl.emit(kernel, plan, em)
         prog, labels = em.finish()
-        programs.append((prog, labels, em.loops, em.replicated))
-    (flat, _, flat_loops, _), (looped, labels, loops, replicated) = programs
+        programs.append((prog, labels, em.loops, em.replicated, em.loop_moves))
+    (flat, _, flat_loops, _, _), (looped, labels, loops, replicated, moves) = programs
     assert not flat_loops
-    rolled, _ = roll(looped.instrs, labels, loops)
+    rolled, _ = roll(looped.instrs, labels, loops, moves)
+    # the emitter's moves only spare the comparison of every iteration's fields: the same LOOPs
+    assert (rolled, _) == roll(looped.instrs, labels, loops)
     return flat, looped, rolled, loops, replicated
 
 
@@ -194,6 +196,50 @@ def test_emit_loop_gives_the_stream_of_its_iterations_emitted_one_by_one():
     assert a.instrs == b.instrs and looped.loops == [(0, 3, 40)]
     rolled, _ = roll(a.instrs, la, looped.loops)
     assert expand(rolled)[0] == list(b.instrs) and len(rolled) * 8 < len(b)  # the first and last tiles peeled
+
+
+def test_a_rewritten_instruction_inside_a_nest_is_compared_field_by_field():
+    """Weight compression rewrites loads in place after emission: ``roll`` is told which, and
+    the iterations holding one are compared field by field (the nest's LOOP ends before it)."""
+    import dataclasses
+
+    nest = _relu_nest(40)
+    em = Emitter(MID)
+    em.emit_loop(nest)
+    prog, labels = em.finish()
+    instrs = list(prog.instrs)
+    at = 20 * 3  # the load of iteration 20
+    instrs[at] = dataclasses.replace(instrs[at], args=instrs[at].args._replace(dram_addr=0x8000))
+    rolled, _ = roll(instrs, labels, em.loops, em.loop_moves, (at,))
+    assert (rolled, _) == roll(instrs, labels, em.loops)
+    assert expand(rolled)[0] == instrs
+
+
+def test_loops_that_do_not_stand_for_the_emitted_stream_are_refused():
+    """``check_loops`` (run on every program) refuses LOOPs whose iterations carry other flags
+    than the emitted ones, or whose first, rotating or last iterations differ in a field."""
+    import dataclasses
+
+    from npuc.codegen.reroll import check_loops
+    from npuc.errors import CompileError
+    from npuc.isa.instr import Deps
+    from npuc.isa.enums import Queue
+
+    nest = _relu_nest(40)
+    em = Emitter(MID)
+    em.emit_loop(nest)
+    prog, labels = em.finish()
+    rolled, rolled_labels = roll(prog.instrs, labels, em.loops, em.loop_moves)
+    check_loops(rolled, prog.instrs, rolled_labels)
+    middle = 20 * 3 + 1  # the relu of iteration 20
+    flags = list(prog.instrs)
+    flags[middle] = dataclasses.replace(flags[middle], deps=Deps(signals=frozenset({Queue.compute})))
+    last = len(prog.instrs) - 2 - 3 * 2  # the store of a late iteration inside the LOOP
+    fields = list(prog.instrs)
+    fields[last] = dataclasses.replace(fields[last], args=fields[last].args._replace(n0=128))
+    for wrong in (flags, fields, list(prog.instrs)[:-4] + list(prog.instrs)[-1:]):
+        with pytest.raises(CompileError, match="do not stand for the emitted instructions"):
+            check_loops(rolled, wrong, rolled_labels)
 
 
 def test_emit_loop_refuses_a_stride_that_leaves_the_field_range():
