@@ -206,7 +206,29 @@ def loop_instr(n: int, body: int, used: Sequence[Slot]) -> Instr:
     fields = {"n": n, "body": body}
     for k, (j, d, r, f, s, p, h) in enumerate(used):
         fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p, f"{PHASE_FIELD}{k}": h})
-    return Instr.make("LOOP", **fields)
+    # what Instr.make does, from the LOOP's default fields (a LOOP has 114; rerolling builds thousands)
+    defn, defaults = _loop_defaults()
+    for name, v in fields.items():
+        reason = defn.field(name).problem(v)
+        if reason:
+            raise FieldError(f"LOOP field '{name}' {reason}")
+    args = defaults._replace(**fields)
+    reason = defn.validate(args)
+    if reason:
+        raise FieldError(f"LOOP: {reason}")
+    return Instr("LOOP", args)
+
+
+_LOOP_DEFAULTS: list = []
+
+
+def _loop_defaults():
+    """The LOOP's definition and its args with every field at its default (n = body = 1)."""
+    if not _LOOP_DEFAULTS:
+        from npuc.isa.instr import get_def
+
+        _LOOP_DEFAULTS.append((get_def("LOOP"), Instr.make("LOOP", n=1, body=1).args))
+    return _LOOP_DEFAULTS[0]
 
 
 def group(moves: Sequence[tuple[int, ...]]) -> tuple[Slot, ...] | None:
