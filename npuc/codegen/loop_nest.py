@@ -100,17 +100,18 @@ class StepRecorder:
         return len(self.steps) - 1
 
 
-def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None) -> None:
+def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None, phases: bool = False) -> None:
     """Issue ``steps`` through the emitter ``em``: plain steps one by one, runs of repeating
     iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them
-    (``finer``: see :func:`refined`); an emitter made with ``nests=False`` gets every step
-    one by one (the same program, unrolled: what the tests compare with)."""
+    (``finer``: see :func:`refined`; ``phases``: see :func:`loop_pieces`); an emitter made
+    with ``nests=False`` gets every step one by one (the same program, unrolled: what the
+    tests compare with)."""
     loops = getattr(em, "emit_loop", None) if getattr(em, "nests", False) else None
     pieces: list = [tuple(steps)]
     if loops is not None:
-        pieces = loop_pieces(steps)
+        pieces = loop_pieces(steps, phases)
         if finer is not None:
-            pieces = refined(pieces, finer)
+            pieces = refined(pieces, finer, phases)
     for piece in pieces:
         if isinstance(piece, LoopNest):
             loops(piece)
@@ -219,7 +220,8 @@ def _fit(model: dict, moved: dict, k: int, phases: bool = True) -> dict | None:
     return model if new is None else new
 
 
-def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values) -> tuple[int, dict]:
+def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values,
+         phases: bool = False) -> tuple[int, dict]:
     """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
     key = shapes[c:c + period]
     if c + 2 * period > len(cs) or shapes[c + period:c + 2 * period] != key:
@@ -230,7 +232,7 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
     model = {k: (s, 0, 0) for k, s in _moved(values, c, period, c + period).items()}
     # a rotation entered part way only for a unit of several forms (the weight blocks of a channel
     # block over a pool of another size); a unit of one form rolls chunk by chunk instead
-    phases = len(set(key)) > 1
+    phases = phases and len(set(key)) > 1
     count = 2
     while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
            and shapes[c + count * period:c + (count + 1) * period] == key):
@@ -248,14 +250,15 @@ MOVE_COST = 4  # steps a moving field is worth in a run's score
 LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
 
 
-def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values) -> tuple[int, int, int, dict]:
+def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values,
+          phases: bool = False) -> tuple[int, int, int, dict]:
     """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
     it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
     buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
     within the LOOP's stride slots)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
-        count, model = _run(cs, shapes, c, period, values)
+        count, model = _run(cs, shapes, c, period, values, phases)
         if count >= 2:
             saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
             if saved > best[0]:
@@ -263,8 +266,10 @@ def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Valu
     return best
 
 
-def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
-    """The steps as plain runs and loop nests, in program order (see the module docstring)."""
+def loop_pieces(steps: Sequence[Step], phases: bool = False) -> list[tuple[Step, ...] | LoopNest]:
+    """The steps as plain runs and loop nests, in program order (see the module docstring);
+    ``phases``: a unit of several forms may meet a buffer rotation part way (:class:`Move`'s
+    phase), as the array engine's weight pools do."""
     cs = chunks(steps)
     shapes = [_shape(c) for c in cs]
     values = _Values(cs)
@@ -274,7 +279,7 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
 
     def best_at(i: int) -> tuple[int, int, int, dict]:
         if i not in found:
-            found[i] = _best(cs, shapes, i, values) if i < len(cs) else (0, 1, 1, {})
+            found[i] = _best(cs, shapes, i, values, phases) if i < len(cs) else (0, 1, 1, {})
         return found[i]
 
     c = 0
@@ -298,7 +303,8 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
     return out
 
 
-def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
+def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step],
+            phases: bool = False) -> list[tuple[Step, ...] | LoopNest]:
     """``pieces`` with every plain run cut again by the iterations of ``finer`` (the same steps
     tagged with an inner loop's iterations: the array engine's reduction blocks inside its
     output tiles), so an inner loop rolls where the outer one does not repeat."""
@@ -309,7 +315,7 @@ def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) ->
             out.append(p)
             pos += p.n * len(p.body)
             continue
-        out.extend(loop_pieces(finer[pos:pos + len(p)]) if len(p) > 2 else [p])
+        out.extend(loop_pieces(finer[pos:pos + len(p)], phases) if len(p) > 2 else [p])
         pos += len(p)
     return out
 

@@ -231,7 +231,7 @@ def test_a_rotation_entered_part_way_is_one_nest_with_phases():
     from npuc.codegen.loop_nest import LoopNest, emit_steps, loop_pieces
 
     steps = _rotating_steps(12)
-    pieces = loop_pieces(steps)
+    pieces = loop_pieces(steps, phases=True)
     nests = [p for p in pieces if isinstance(p, LoopNest)]
     assert len(nests) == 1 and nests[0].n >= 10 and len(nests[0].body) == 11  # a channel block: two tiles
     assert {(m.period, m.phase) for m in nests[0].moves if m.period} == {(4, 1), (4, 2), (4, 3)}
@@ -246,7 +246,7 @@ def test_a_rotation_entered_part_way_is_one_nest_with_phases():
     for nests_on in (False, True):
         em = Emitter(MID, nests=nests_on)
         with em.source("rot"):
-            emit_steps(steps, em)
+            emit_steps(steps, em, phases=True)
         programs.append((em.finish(), em.loops))
     ((flat, _), _), ((looped, labels), loops) = programs
     assert looped.instrs == flat.instrs and loops  # the emitter took the nest, with the flat tokens
