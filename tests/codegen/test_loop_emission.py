@@ -265,8 +265,8 @@ def test_a_weight_pool_rotation_rolls_the_channel_blocks_of_an_n_outer_conv():
     nests = []
     real = loop_nest.loop_pieces
 
-    def spy(steps):
-        got = real(steps)
+    def spy(steps, phases=False):
+        got = real(steps, phases)
         nests.extend(p for p in got if isinstance(p, loop_nest.LoopNest))
         return got
 
