@@ -53,7 +53,7 @@ class EmittedSegment:
     plans: tuple[Plan, ...]
     spad_offsets: tuple[int, ...]
     loops: tuple[tuple[int, int, int], ...] = ()  # the loop nests emitted (Emitter.loops)
-    loop_moves: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()  # their field moves (Emitter.loop_moves)
+    loop_moves: tuple[tuple[tuple[int, int, int, int, int], ...], ...] = ()  # their field moves (Emitter.loop_moves)
 
 
 def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> EmittedSegment:

@@ -75,8 +75,8 @@ class Emitter:
         self._label = ""
         self._finished = False
         self.loops: list[tuple[int, int, int]] = []  # loop nests emitted: (first index, body, iterations)
-        # per nest of ``loops``, its field moves: (body step, field index, stride, period)
-        self.loop_moves: list[tuple[tuple[int, int, int, int], ...]] = []
+        # per nest of ``loops``, its field moves: (body step, field index, stride, period, phase)
+        self.loop_moves: list[tuple[tuple[int, int, int, int, int], ...]] = []
         self.replicated = 0  # instructions of loop nests appended without a conflict scan (loop_tokens)
 
     # ------------------------------------------------------------------ labels
@@ -134,7 +134,7 @@ class Emitter:
         start = len(self._ops)
         issue_loop(self, body, moves, nest.n, nest.period)
         self.loops.append((start, len(body), nest.n))
-        self.loop_moves.append(tuple((j, f, stride, period) for j, mv in enumerate(moves) for f, stride, period in mv))
+        self.loop_moves.append(tuple((j, *move) for j, mv in enumerate(moves) for move in mv))
 
     def finish(self) -> tuple[Program, tuple[str, ...]]:
         """Append END and return the program with its tokens, and each instruction's label."""

@@ -382,7 +382,7 @@ def _nested_run(body: list[Instr], labels: list[str], count: int, slots: tuple[S
 
 
 def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[int, int, int]],
-         moves: Sequence[tuple[tuple[int, int, int, int], ...]] | None = None,
+         moves: Sequence[tuple[tuple[int, int, int, int, int], ...]] | None = None,
          rewritten: Sequence[int] = ()) -> tuple[list[Instr], list[str]]:
     """The program with its emitted loop nests written as LOOPs and the rest rerolled.
 
@@ -394,7 +394,7 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
     iteration.  Everything outside the nests goes through :func:`reroll`.
 
     ``moves`` (:attr:`npuc.codegen.emitter.Emitter.loop_moves`, one per nest: (body step, field
-    index, stride, period)) say how the emitter moved each nest's fields, so an iteration is
+    index, stride, period, phase)) say how the emitter moved each nest's fields, so an iteration is
     compared with the first by its dependency flags alone and its field changes are the moves'
     (:func:`_nest_run`); ``rewritten``: the instructions replaced since emission (weight
     compression), whose iterations are compared field by field.  Without ``moves`` every
@@ -473,7 +473,7 @@ def _touches(touched: Sequence[int], lo: int, hi: int) -> bool:
 
 
 def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
-              moves: Sequence[tuple[int, int, int, int]], v: int, touched: Sequence[int]):
+              moves: Sequence[tuple[int, int, int, int, int]], v: int, touched: Sequence[int]):
     """:func:`_known_run` for the iterations of an emitted nest from its iteration ``v`` (at
     ``lo``) on, with the emitter's ``moves``: iteration ``v + c`` is the body with the moves
     applied (the emitter built it so), so only its dependency flags are compared with the first
@@ -500,8 +500,8 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
         if [i.deps for i in instrs[b:b + body]] != flags:
             return None
         out: dict[tuple[int, int], int] = {}
-        for j, f, stride, period in moves:
-            d = ((v + c) % period - v % period if period else c) * stride
+        for j, f, stride, period, phase in moves:
+            d = slot_offset(v + c, stride, period, phase) - slot_offset(v, stride, period, phase)
             if d:
                 out[(j, f)] = out.get((j, f), 0) + d
         out = {k: out[k] for k in sorted(out) if out[k]}
