@@ -178,7 +178,7 @@ class DepthwiseKernel:
         return vectors + [
             tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
                       f"{p.rows} output rows{f' x {p.cols} columns' if p.cols else ''} x {p.chans} channels per tile, "
-                      f"one diagonal weight tile per tap",
+                      f"one depthwise-mode MATMUL_DW per tap",
                       array_program(kernel, p, target), target)
             for p in array_tilings(kernel, target)
         ]
