@@ -250,7 +250,7 @@ def _dw_timing(a, target, regions) -> tuple[int, int]:
     bpc = target.spad_bytes_per_cycle
     m = a.m0 * a.m1
     latch = -(-regions[1].nbytes // bpc)
-    return latch + max(m, -(-regions[0].nbytes // bpc)), target.array.rows + a.n - 2
+    return max(m, -(-regions[0].nbytes // bpc)), target.array.rows + a.n - 2 + latch
 
 
 def _dw_actions(a, target, regions):
@@ -296,11 +296,13 @@ register(
         "place of the stationary weights: a later MATMUL needs a new LOAD_WEIGHTS. One "
         "MATMUL_DW per kernel tap computes a depthwise convolution's tap over a 2-D output "
         "(in_s0 = horizontal step, in_s1 = row step), the accumulators adding the taps up.",
-        timing_doc="busy = ceil(N x esize / scratchpad bytes per cycle) (the diagonal weights "
-        "latched into the idle weight buffer) + max(M, ceil(M x N x esize / scratchpad bytes per "
-        "cycle)) cycles on the array, M = m0 x m1, then array.rows + N - 2 cycles of latency, as "
-        "MATMUL. A MATMUL_DW right after a MATMUL_DW starts as soon as that one's own work is done "
-        "(the accumulators add rows in order, as for MATMUL).",
+        timing_doc="busy = max(M, ceil(M x N x esize / scratchpad bytes per cycle)) cycles on the "
+        "array, M = m0 x m1, as MATMUL, then array.rows + N - 2 + ceil(N x esize / scratchpad "
+        "bytes per cycle) cycles of latency: MATMUL's drain, and the diagonal weights latched "
+        "into the idle weight buffer before the first input row. A MATMUL_DW right after a "
+        "MATMUL_DW starts as soon as that one's own work is done (the accumulators add rows in "
+        "order, as for MATMUL; its weights were latched while that one streamed, as LOAD_WEIGHTS "
+        "fills the idle buffer beside a MATMUL), so a run of them pays the latch once.",
         energy_doc="MACs: M x N (int8 or fp16): the diagonal only, the gated processing elements "
         "spend none. Scratchpad bytes read: (M + 1) x N x esize. Accumulator bytes written: "
         "M x N x 4 (also read when `acc` = 1).",
