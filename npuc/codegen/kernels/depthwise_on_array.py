@@ -47,7 +47,7 @@ from npuc.codegen.epilogue import (
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap
 from npuc.codegen.tile_builder import TileBuilder
 from npuc.isa.enums import Dataflow, DType
 from npuc.kir.kernel import Kernel
@@ -208,7 +208,26 @@ class _ArrayDepthwise:
             bias, rec = k.inputs[2], k.inputs[3]
             dma_nd(tb, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
             dma_nd(tb, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
-        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, tb)
+        self._pipeline()
+
+    def _pipeline(self) -> None:
+        """``pipeline``'s order, with tile i+2's fetch between tile i's products and its
+        epilogue: the fetch is ready before the epilogue's stores (its buffer set was freed by
+        tile i-1), and a DMA port serves the transfer that asks first, so issuing it first is
+        the order the machine runs them in, and the cost walk, which takes transfers in program
+        order, sees that order too."""
+        tb, n, depth = self.tb, len(self.tiles), NSETS - 1
+        for j in range(min(depth, n)):
+            tb.at(j)
+            self.fetch(j)
+        for i in range(n):
+            tb.at(i)
+            self.products(i)
+            if i + depth < n:
+                tb.at(i + depth)
+                self.fetch(i + depth)
+            tb.at(i)
+            self.finish(i)
 
     def _view(self, i: int) -> tuple[int, int, int, int, int, int]:
         """Tile i: (image, first channel, first output row, rows, channels, flat index of its
@@ -237,11 +256,12 @@ class _ArrayDepthwise:
         blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_rows(t, r0, nr, self.ow, nq, c0, nc))
         self.loaded[i] = load_epilogue_operands(self.tb, self.k.epilogue, bufs, blocks, nr * nq, nc)
 
-    def compute(self, i: int) -> None:
+    def products(self, i: int) -> None:
+        """Tile i's MATMUL_DWs: every tap of every channel block into its accumulator tile."""
         a, k, tb, es = self.k.attrs, self.k, self.tb, self.es
         b, c0, o0, nr, nc, r0 = self._view(i)
         _, ow, wp = self._cols(i)  # this tile's output columns
-        ibuf, obuf, _ = self.sets[i % NSETS]
+        ibuf = self.sets[i % NSETS][0]
         acc = self.accs[i % ACC_TILES]
         row_s, px_s = wp * nc * es, nc * es
         dt = k.dtype.name
@@ -256,6 +276,14 @@ class _ArrayDepthwise:
                         in_addr=ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s + blk * kb * es,
                         m0=ow, m1=nr, in_s0=a.stride[1] * px_s, in_s1=a.stride[0] * row_s,
                         out_addr=acc + blk * kb * 4, out_s0=nc * 4, out_s1=ow * nc * 4)
+
+    def finish(self, i: int) -> None:
+        """Tile i's epilogue on its accumulator tile, and its stores."""
+        k, tb = self.k, self.tb
+        b, c0, o0, nr, nc, r0 = self._view(i)
+        ow = self._cols(i)[1]
+        obuf = self.sets[i % NSETS][1]
+        acc = self.accs[i % ACC_TILES]
         q = k.quant
         tile = Tile(obuf, nr * ow, nc, k.dtype)
         if self.int8:
