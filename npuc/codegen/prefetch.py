@@ -53,7 +53,7 @@ def _spad_fields(op: str, fields: dict[str, Any]) -> list[str]:
     for name in LOCAL_ADDRESS_FIELDS:
         if name not in fields or not isinstance(fields[name], int):
             continue
-        if op in ("MATMUL", "MATMUL_OS") and name == "out_addr":
+        if op in ("MATMUL", "MATMUL_DW", "MATMUL_OS") and name == "out_addr":
             continue
         space = fields.get("local") if name == "local_addr" else fields.get(f"{name}_space")
         if getattr(space, "name", space) == "acc":

@@ -33,15 +33,17 @@ do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
 * **Array.** `array.rows` x `array.cols` processing elements. Weight-stationary (`LOAD_WEIGHTS`
   then `MATMUL`): a K x N weight tile (K <= rows, N <= cols) sits in the array and M input rows
   stream through. Output-stationary (`MATMUL_OS`): an M x N output tile (M <= rows, N <= cols)
-  sits in the array and K steps of both operands stream through. int8 x int8 accumulates in
-  int32; fp16 x fp16 in fp32 (targets with fp16).
+  sits in the array and K steps of both operands stream through. Depthwise mode (`MATMUL_DW`):
+  N per-channel weights sit on the diagonal (N <= the smaller side), only those N processing
+  elements multiply (the rest are clock-gated) and M input rows of N channels stream through.
+  int8 x int8 accumulates in int32; fp16 x fp16 in fp32 (targets with fp16).
 * **Vector unit.** `vector.lanes` lanes for elementwise work, lookup tables, requantization,
   conversions, reductions, pooling windows and fills, on 2-D strided operands: element
   (i1, i0) of an operand lives at `addr + i1*s1 + i0*s0`, so a zero stride broadcasts.
   Floating-point vector work needs a target with fp16.
 * **Queues.** Instructions are issued, in program order, to four in-order queues: **load**
   (`DMA_LOAD`), **store** (`DMA_STORE`), **compute** (the array: `LOAD_WEIGHTS`, `MATMUL`,
-  `MATMUL_OS`, and `NOP`/`END`) and **vector** (every vector-unit instruction). The queues run
+  `MATMUL_DW`, `MATMUL_OS`, and `NOP`/`END`) and **vector** (every vector-unit instruction). The queues run
   concurrently and synchronise only through dependency tokens, so requantization, epilogues
   and vector kernels run beside array work.
 

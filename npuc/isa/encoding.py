@@ -298,26 +298,22 @@ def _layout(opcode: int) -> tuple | None:
     return hit
 
 
-def uses_loop_phases(data: bytes) -> bool:
-    """Whether a LOOP of a code section writes a phase (a field that a LOOP without phases
-    never writes: they follow every other field, so the mask reaches them only then).  Walks
-    the instruction lengths without decoding the fields; a stream that does not parse is left
-    to :func:`decode_program` to refuse (this answers False there)."""
-    loop = get_def("LOOP")
-    first_phase = next(k for k, f in enumerate(loop.fields) if f.name.startswith("ph"))
+def _heads(data: bytes) -> Iterator[tuple[InstrDef, int]]:
+    """(definition, mask length) of each instruction of a code section, front to back, from the
+    instruction lengths alone (the fields are not decoded); stops early where the stream does
+    not parse (:func:`decode_program` refuses it there)."""
     seen: set[int] = set()
     offset, end = 0, len(data)
     while offset < end:
         lay = _layout(data[offset])
         if lay is None:
-            return False
+            return
         d, lb, fields = lay
         word = int.from_bytes(data[offset:offset + max_bytes(d)], "little")
         length = word >> HEADER_BITS & ((1 << lb) - 1)
         if length > len(fields):
-            return False
-        if d is loop and length > first_phase:
-            return True
+            return
+        yield d, length
         mask = word >> (HEADER_BITS + lb) & ((1 << length) - 1)
         pos = HEADER_BITS + lb + length
         ref = d.opcode in seen
@@ -333,4 +329,28 @@ def uses_loop_phases(data: bytes) -> bool:
             k += 1
         seen.add(d.opcode)
         offset += -(-pos // 8)
-    return False
+
+
+def stream_features(data: bytes) -> tuple[bool, frozenset[str]]:
+    """(whether a LOOP writes a phase, the mnemonics used) of a code section, in one walk of its
+    instruction lengths: what the container's format version depends on.  A LOOP phase is a
+    field that a LOOP without phases never writes: phases follow every other field, so the mask
+    reaches them only then.  A stream that does not parse is left to :func:`decode_program` to
+    refuse (this reports what precedes the fault)."""
+    loop = get_def("LOOP")
+    first_phase = next(k for k, f in enumerate(loop.fields) if f.name.startswith("ph"))
+    phases, used = False, set()
+    for d, length in _heads(data):
+        used.add(d.name)
+        phases = phases or (d is loop and length > first_phase)
+    return phases, frozenset(used)
+
+
+def uses_loop_phases(data: bytes) -> bool:
+    """Whether a LOOP of a code section writes a phase (:func:`stream_features`)."""
+    return stream_features(data)[0]
+
+
+def uses_instruction(data: bytes, mnemonic: str) -> bool:
+    """Whether a code section holds an instruction ``mnemonic`` (:func:`stream_features`)."""
+    return mnemonic in stream_features(data)[1]

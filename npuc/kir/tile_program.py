@@ -184,7 +184,7 @@ class _Namer:
 
 def _in_acc(op: str, field_name: str, fields: dict) -> bool:
     """Whether an address field of a step points into the accumulator."""
-    if op == "MATMUL":
+    if op in ("MATMUL", "MATMUL_DW"):
         return field_name == "out_addr"
     if field_name == "local_addr":
         return getattr(fields.get("local"), "name", fields.get("local")) == "acc"

@@ -47,6 +47,7 @@ from npuc.runtime.npub_model import (
 from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, check_fits_target, validate_npub
 
 __all__ = [
+    "DEPTHWISE_MODE_VERSION",
     "FORMAT_VERSION",
     "HOST_CODE_VERSION",
     "HostModule",
@@ -88,6 +89,7 @@ FORMAT_VERSION = (3, 0)  # (major, minor) this npuc writes (and reads fully) for
 HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x readers skip the section
 WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
 LOOP_PHASE_VERSION = (3, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
+DEPTHWISE_MODE_VERSION = (3, 4)  # a binary whose code has MATMUL_DW (the array's depthwise mode; older readers refuse it)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -170,7 +172,10 @@ class Npub:
     def format_version(self) -> tuple[int, int]:
         """The version this container is written as: the oldest that has every section and
         instruction feature it holds."""
-        if _code_uses_loop_phases(self.code_segments):
+        phases, depthwise = _code_features(self.code_segments)
+        if depthwise:
+            return DEPTHWISE_MODE_VERSION
+        if phases:
             return LOOP_PHASE_VERSION
         if self.weight_streams is not None:
             return WEIGHT_STREAMS_VERSION
@@ -293,13 +298,18 @@ def _pack_header(c: Container, name: bytes, header_size: int, file_size: int, ta
 # ------------------------------------------------------------------------------------- read
 
 
-def _code_uses_loop_phases(programs: Sequence[bytes]) -> bool:
-    """Whether a program writes a LOOP phase (format 3.3); False without the ISA package."""
+def _code_features(programs: Sequence[bytes]) -> tuple[bool, bool]:
+    """(whether a program writes a LOOP phase: format 3.3, whether one holds a MATMUL_DW: format
+    3.4); (False, False) without the ISA package."""
     try:
-        from npuc.isa.encoding import uses_loop_phases
+        from npuc.isa.encoding import stream_features
     except ImportError:
-        return False
-    return any(uses_loop_phases(p) for p in programs)
+        return False, False
+    phases = depthwise = False
+    for p in programs:
+        ph, used = stream_features(p)
+        phases, depthwise = phases or ph, depthwise or "MATMUL_DW" in used
+    return phases, depthwise
 
 
 def _fail(source: str | None, where: str, text: str) -> BinaryFormatError:
@@ -543,9 +553,14 @@ def load_npub(
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None
-    if c.version < LOOP_PHASE_VERSION and _code_uses_loop_phases(n.code_segments):
+    phases, depthwise = _code_features(n.code_segments) if c.version < DEPTHWISE_MODE_VERSION else (False, False)
+    if c.version < LOOP_PHASE_VERSION and phases:
         raise _fail(source, "CODE section", f"a program has LOOP slots with a phase, which exist from format "
                     f"{LOOP_PHASE_VERSION[0]}.{LOOP_PHASE_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")
+    if depthwise:
+        raise _fail(source, "CODE section", f"a program uses the array's depthwise mode (MATMUL_DW), which exists from "
+                    f"format {DEPTHWISE_MODE_VERSION[0]}.{DEPTHWISE_MODE_VERSION[1]}, in a format "
+                    f"{c.version[0]}.{c.version[1]} file")
     validate_npub(n, source, counts)
     if expected_target is not None:
         check_fits_target(n, expected_target, source)

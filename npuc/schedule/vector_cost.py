@@ -112,7 +112,7 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
             ufree[unit] = t + busy
         end = t + busy + lat
         if _EXECUTES[q]:
-            last[q] = (s.op, t, end, regions)
+            last[q] = (s.op, t, t + busy, regions)  # started at t, its own work done at t + busy
             end = max(end, qfree[q])
             qfree[q] = end
         else:

@@ -1,26 +1,27 @@
-"""``depthwise_conv2d`` on the array: one diagonal weight tile per tap and block of channels.
+"""``depthwise_conv2d`` on the array, in its depthwise mode: one MATMUL_DW per tap and block of channels.
 
 The vector unit computes a depthwise convolution with one multiply and one add per tap
 (``vector_depthwise``).  The weight-stationary array can do it too: for tap (dy, dx) and a block
-of ``kb`` channels (``kb`` = the smaller array side), the weight tile ``diag(w[dy, dx, c0 ..
-c0+kb])`` turns the shifted input window (``kb`` contiguous channels per pixel) into that tap's
-products of the block, and the accumulator adds the taps up for free.  Only ``kb`` of the
-array's ``rows x cols`` MACs do useful work, so the array is as fast per tap as a vector unit
-with as many lanes, but it needs no add step and leaves the vector unit to the epilogue, which
-runs beside the next tile's MATMULs.  ``DepthwiseKernel.plan`` builds both tile programs and
-keeps the one the cost model finds cheaper, per layer.
+of ``kb`` channels (``kb`` = the smaller array side), the weights ``w[dy, dx, c0 .. c0+kb]`` on
+the array's diagonal turn the shifted input window (``kb`` contiguous channels per pixel) into
+that tap's products of the block, and the accumulator adds the taps up for free.  ``MATMUL_DW``
+is that mode of the array (docs/isa.md): only the ``kb`` diagonal processing elements multiply,
+the others are clock-gated, and it reads the ``kb`` diagonal weights straight from the tap-major
+weight buffer, so no ``kb x kb`` tile of zeros is built, stored, loaded or multiplied.  The
+array is as fast per tap as a vector unit with as many lanes, but it needs no add step and
+leaves the vector unit to the epilogue, which runs beside the next tile's products.
+``DepthwiseKernel.plan`` builds both tile programs and keeps the one the cost model finds
+cheaper, per layer.
 
 Layout.  Tiles are (image, channel block, output rows, output columns: all of them, or column
 tiles when a tile of every column holds few rows), channel blocks outer.  The weights are
-loaded once tap-major (as for the vector kernel).  The diagonal tiles ``[taps][blocks][kb][kb]``
-are zero-filled once; for each channel block their diagonals are copied from the weights (one
-strided VUN per tap group).  Per tile: input rows into a padded buffer (``fetch_padded``, borders
-VFILLed with 0 or the int8 zero point), then per channel block and tap one LOAD_WEIGHTS and one
-MATMUL walking the whole output tile (two-level row loop: horizontal stride, then rows) into an
-accumulator tile (taps outer, blocks inner); two accumulator tiles alternate.  The epilogue converts the accumulator tile
-(fp16: VCVT fp32 -> fp16; int8: the folded bias added in int32, then REQUANT per channel: the
-same integer sums as the vector kernel's, so the same bits), applies the fused epilogue ops and
-stores it.
+loaded once tap-major (``[kh*kw][C]``, as for the vector kernel).  Per tile: input rows into a
+padded buffer (``fetch_padded``, borders VFILLed with 0 or the int8 zero point), then per tap
+and channel block one MATMUL_DW walking the whole output tile (two-level row loop: horizontal
+stride, then rows) into an accumulator tile (taps outer, blocks inner); two accumulator tiles
+alternate.  The epilogue converts the accumulator tile (fp16: VCVT fp32 -> fp16; int8: the
+folded bias added in int32, then REQUANT per channel: the same integer sums as the vector
+kernel's, so the same bits), applies the fused epilogue ops and stores it.
 
 Numerics (fp16): products exact in fp32 and sums in fp32, one rounding to fp16 per output
 (the vector kernel rounds after every multiply and add).
@@ -46,7 +47,7 @@ from npuc.codegen.epilogue import (
     store_pieces,
     vector_nd,
 )
-from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap, pipeline
+from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap
 from npuc.codegen.tile_builder import TileBuilder
 from npuc.isa.enums import Dataflow, DType
 from npuc.kir.kernel import Kernel
@@ -92,12 +93,11 @@ def _geometry(k: Kernel, rows: int, cols: int = 0) -> tuple[int, int]:
     return (rows - 1) * a.stride[0] + (kh - 1) * a.dilation[0] + 1, (ow - 1) * a.stride[1] + (kw - 1) * a.dilation[1] + 1
 
 
-def _fixed_spad(k: Kernel, chans: int, kb: int) -> int:
+def _fixed_spad(k: Kernel) -> int:
     es = k.dtype.size
     kh, kw = k.inputs[1].shape[2:]
     c = k.inputs[0].shape[1]
-    taps = kh * kw
-    fixed = _r(taps * c * es) + _r(taps * -(-chans // kb) * kb * kb * es)
+    fixed = _r(kh * kw * c * es)
     if not k.dtype.is_float:
         fixed += _r(c * 4) + _r(c * 8)
     return fixed
@@ -127,7 +127,7 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
     for chans in sorted({min(c, (MAX_COUNT // kb) * kb), min(c, 4 * kb), min(c, 2 * kb)}, reverse=True):
         def fits(r: int, ch: int = chans) -> int:
             over_acc = ACC_TILES * _r(r * ow * ch * 4) > acc
-            return spad + 1 if over_acc else _fixed_spad(k, ch, kb) + NSETS * _set_spad(k, r, ch)
+            return spad + 1 if over_acc else _fixed_spad(k) + NSETS * _set_spad(k, r, ch)
 
         rows = largest_fitting(fits, spad, min(oh, MAX_COUNT))
         if rows:
@@ -136,7 +136,7 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
 
         def fits_q(r: int, q: int, ch: int = chans) -> int:
             over_acc = ACC_TILES * _r(r * q * ch * 4) > acc
-            return spad + 1 if over_acc else _fixed_spad(k, ch, kb) + NSETS * _set_spad(k, r, ch, q)
+            return spad + 1 if over_acc else _fixed_spad(k) + NSETS * _set_spad(k, r, ch, q)
 
         def read(r: int, q: int) -> float:
             rin, wp = _geometry(k, r, q)
@@ -181,12 +181,10 @@ class _ArrayDepthwise:
         self.es = k.dtype.size
         self.int8 = not k.dtype.is_float
         self.kb = _block(tb.target)
-        self.nblk = -(-p.chans // self.kb)
         self.rin, self.wp = _geometry(k, p.rows, p.cols)
         self.qw = p.cols or self.ow  # output columns of a full tile
         es, ow = self.es, self.qw
         self.wbuf = tb.alloc(self.taps * self.c * es, "weights")
-        self.diag = tb.alloc(self.taps * self.nblk * self.kb * self.kb * es, "diagonal weights")
         if self.int8:
             self.bias = tb.alloc(self.c * 4, "bias")
             self.records = tb.alloc(self.c * 8, "requant records")
@@ -210,10 +208,26 @@ class _ArrayDepthwise:
             bias, rec = k.inputs[2], k.inputs[3]
             dma_nd(tb, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
             dma_nd(tb, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
-        cells = self.kb * self.kb
-        tb.emit("VFILL", dtype=k.dtype.name, n0=cells, n1=self.taps * self.nblk, dst=self.diag,
-                dst_s1=cells * es if self.taps * self.nblk > 1 else 0, value=0.0)
-        pipeline(len(self.tiles), self.fetch, self.compute, NSETS, tb)
+        self._pipeline()
+
+    def _pipeline(self) -> None:
+        """``pipeline``'s order, with tile i+2's fetch between tile i's products and its
+        epilogue: the fetch is ready before the epilogue's stores (its buffer set was freed by
+        tile i-1), and a DMA port serves the transfer that asks first, so issuing it first is
+        the order the machine runs them in, and the cost walk, which takes transfers in program
+        order, sees that order too."""
+        tb, n, depth = self.tb, len(self.tiles), NSETS - 1
+        for j in range(min(depth, n)):
+            tb.at(j)
+            self.fetch(j)
+        for i in range(n):
+            tb.at(i)
+            self.products(i)
+            if i + depth < n:
+                tb.at(i + depth)
+                self.fetch(i + depth)
+            tb.at(i)
+            self.finish(i)
 
     def _view(self, i: int) -> tuple[int, int, int, int, int, int]:
         """Tile i: (image, first channel, first output row, rows, channels, flat index of its
@@ -242,30 +256,13 @@ class _ArrayDepthwise:
         blocks = epilogue_blocks(self.k.epilogue, lambda t: channels_last_rows(t, r0, nr, self.ow, nq, c0, nc))
         self.loaded[i] = load_epilogue_operands(self.tb, self.k.epilogue, bufs, blocks, nr * nq, nc)
 
-    def _diagonals(self, c0: int, nc: int) -> None:
-        """Copy the weights of channels c0 .. c0+nc onto the diagonals of the tap tiles."""
-        es, kb = self.es, self.kb
-        cells = kb * kb * es
-        full, rest = divmod(nc, kb)
-        dt = self.k.dtype.name
-        tap_s = self.nblk * cells
-        if full:
-            vector_nd(self.tb, "VUN", (self.taps, full, kb),
-                      {"dst": (self.diag, (tap_s, cells, (kb + 1) * es)),
-                       "src": (self.wbuf + c0 * es, (self.c * es, kb * es, es))}, op="copy", dtype=dt)
-        if rest:
-            vector_nd(self.tb, "VUN", (self.taps, rest),
-                      {"dst": (self.diag + full * cells, (tap_s, (kb + 1) * es)),
-                       "src": (self.wbuf + (c0 + full * kb) * es, (self.c * es, es))}, op="copy", dtype=dt)
-
-    def compute(self, i: int) -> None:
+    def products(self, i: int) -> None:
+        """Tile i's MATMUL_DWs: every tap of every channel block into its accumulator tile."""
         a, k, tb, es = self.k.attrs, self.k, self.tb, self.es
         b, c0, o0, nr, nc, r0 = self._view(i)
         _, ow, wp = self._cols(i)  # this tile's output columns
-        ibuf, obuf, _ = self.sets[i % NSETS]
+        ibuf = self.sets[i % NSETS][0]
         acc = self.accs[i % ACC_TILES]
-        if i == 0 or self._view(i - 1)[1] != c0:
-            self._diagonals(c0, nc)
         row_s, px_s = wp * nc * es, nc * es
         dt = k.dtype.name
         kb = self.kb
@@ -275,12 +272,18 @@ class _ArrayDepthwise:
             dy, dx = divmod(t, self.kw)
             for blk in range(-(-nc // kb)):
                 n = min(kb, nc - blk * kb)
-                tb.emit("LOAD_WEIGHTS", dtype=dt, addr=self.diag + ((t * self.nblk + blk) * kb * kb) * es, k=n, n=n,
-                        s_n=es, s_k=kb * es)
-                tb.emit("MATMUL", dtype=dt, acc=int(t > 0), k=n, n=n,
+                tb.emit("MATMUL_DW", dtype=dt, acc=int(t > 0), n=n, w_addr=self.wbuf + (t * self.c + c0 + blk * kb) * es,
                         in_addr=ibuf + dy * a.dilation[0] * row_s + dx * a.dilation[1] * px_s + blk * kb * es,
                         m0=ow, m1=nr, in_s0=a.stride[1] * px_s, in_s1=a.stride[0] * row_s,
                         out_addr=acc + blk * kb * 4, out_s0=nc * 4, out_s1=ow * nc * 4)
+
+    def finish(self, i: int) -> None:
+        """Tile i's epilogue on its accumulator tile, and its stores."""
+        k, tb = self.k, self.tb
+        b, c0, o0, nr, nc, r0 = self._view(i)
+        ow = self._cols(i)[1]
+        obuf = self.sets[i % NSETS][1]
+        acc = self.accs[i % ACC_TILES]
         q = k.quant
         tile = Tile(obuf, nr * ow, nc, k.dtype)
         if self.int8:

@@ -1,4 +1,4 @@
-"""Array instructions: stationary weights, weight-stationary and output-stationary matmuls."""
+"""Array instructions: stationary weights, weight-stationary, depthwise and output-stationary matmuls."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ register(
         actions=lambda a, t, r: memory_actions(r, t.dma.burst_bytes),
         check=_lw_check,
         validate=_validate_dtype,
-        may_follow=("MATMUL",),
+        may_follow=("MATMUL", "MATMUL_DW"),
         semantics_doc="The array's stationary weights become W[k][n] = SPAD[addr + k*s_k + n*s_n] "
         "(K x N of `dtype`). Swapping the strides (s_k = element size, s_n = row bytes) loads a "
         "tile stored transposed (N x K). The array holds two weight buffers: the load fills the "
@@ -210,6 +210,102 @@ register(
         "accumulators add rows in order, so a MATMUL accumulating into the same tile is not a race).",
         energy_doc="MACs: M x k x n (int8 or fp16). Scratchpad bytes read: M x k x esize. "
         "Accumulator bytes written: M x n x 4 (also read when `acc` = 1).",
+    )
+)
+
+
+# ------------------------------------------------------------------------ MATMUL_DW (depthwise mode)
+def _dw_regions(a) -> tuple[Region, ...]:
+    es = a.dtype.size
+    inp = Region(Mem.spad, a.in_addr, (a.m1, a.m0, a.n), (a.in_s1, a.in_s0, es), a.dtype.np, "r", "in")
+    w = Region(Mem.spad, a.w_addr, (a.n,), (a.w_s,), a.dtype.np, "r", "w")
+    out = Region(Mem.acc, a.out_addr, (a.m1, a.m0, a.n), (a.out_s1, a.out_s0, 4), _acc_dtype(a.dtype), "rw" if a.acc else "w", "out")
+    return inp, w, out
+
+
+def _dw_product(x: np.ndarray, w: np.ndarray, dt: DType) -> np.ndarray:
+    """x[..., c] * w[c], exactly: int32 for int8, fp32 for fp16 (an fp16 x fp16 product has at
+    most 22 significant bits, so it is exact in fp32)."""
+    if dt is DType.int8:
+        return x.astype(np.int32) * w.astype(np.int32)
+    return x.astype(np.float32) * w.astype(np.float32)
+
+
+def _dw_execute(st, a, regions) -> None:
+    inp, w, out = regions
+    _accumulate(st, out, _dw_product(st.read(inp), st.read(w), a.dtype), a.dtype, bool(a.acc))
+    st.weights, st.weights_dtype = None, None  # the diagonal replaced the stationary weights
+
+
+def _dw_check(a, target) -> str | None:
+    side = min(target.array.rows, target.array.cols)
+    return (
+        _dataflow_problem(Dataflow.weight_stationary, target)
+        or _dtype_problem(a, target)
+        or _fits("n", a.n, side, "diagonal (the smaller of its rows and columns)", target)
+    )
+
+
+def _dw_timing(a, target, regions) -> tuple[int, int]:
+    bpc = target.spad_bytes_per_cycle
+    m = a.m0 * a.m1
+    latch = -(-regions[1].nbytes // bpc)
+    return max(m, -(-regions[0].nbytes // bpc)), target.array.rows + a.n - 2 + latch
+
+
+def _dw_actions(a, target, regions):
+    return _matmul_actions(a.m0 * a.m1 * a.n, a.dtype, target, regions)
+
+
+register(
+    InstrDef(
+        name="MATMUL_DW",
+        opcode=0x23,
+        queue=Queue.compute,
+        unit=Unit.array,
+        summary="Depthwise mode: M input rows of N channels times N per-channel weights on the array's diagonal, into ACC.",
+        fields=(
+            _dtype_field(),
+            flag("acc", "1: add to the accumulators, 0: overwrite them"),
+            count("n", "channels (the active diagonal), at most the smaller array side"),
+            addr("w_addr", LOCAL_ADDR_BITS, "scratchpad byte address of the weight of channel 0"),
+            uint("w_s", 16, "byte stride between the weights of channels c and c+1", default=Derived("dtype.size")),
+            addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input row (0, 0)"),
+            count("m0", "input rows in the inner row loop"),
+            count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
+            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=Derived("n * dtype.size")),
+            uint("in_s1", 24, "byte stride between inner loops of input rows", default=Derived("m0 * in_s0")),
+            addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
+            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=Derived("n * 4")),
+            uint("out_s1", 24, "byte stride between inner loops of output rows", default=Derived("m0 * out_s0")),
+        ),
+        regions=_dw_regions,
+        execute=_dw_execute,
+        timing=_dw_timing,
+        actions=_dw_actions,
+        pipelines_after=("MATMUL_DW",),
+        check=_dw_check,
+        validate=_validate_dtype,
+        semantics_doc="For i1 < m1, i0 < m0, c < N: with X[i1][i0][c] = SPAD[in_addr + i1*in_s1 + "
+        "i0*in_s0 + c*esize] and W[c] = SPAD[w_addr + c*w_s], P = X[i1][i0][c] * W[c]; "
+        "ACC[out_addr + i1*out_s1 + i0*out_s0 + 4c] = P, or += P when `acc` = 1. It is MATMUL "
+        "with the stationary weights diag(W) (the same products and sums, the same bits), run in "
+        "the array's depthwise mode: only the N diagonal processing elements multiply, the others "
+        "are clock-gated and pass partial sums through, and only the N diagonal weights are read. "
+        "Channel c's products enter row c and reach accumulator column c. The diagonal takes the "
+        "place of the stationary weights: a later MATMUL needs a new LOAD_WEIGHTS. One "
+        "MATMUL_DW per kernel tap computes a depthwise convolution's tap over a 2-D output "
+        "(in_s0 = horizontal step, in_s1 = row step), the accumulators adding the taps up.",
+        timing_doc="busy = max(M, ceil(M x N x esize / scratchpad bytes per cycle)) cycles on the "
+        "array, M = m0 x m1, as MATMUL, then array.rows + N - 2 + ceil(N x esize / scratchpad "
+        "bytes per cycle) cycles of latency: MATMUL's drain, and the diagonal weights latched "
+        "into the idle weight buffer before the first input row. A MATMUL_DW right after a "
+        "MATMUL_DW starts as soon as that one's own work is done (the accumulators add rows in "
+        "order, as for MATMUL; its weights were latched while that one streamed, as LOAD_WEIGHTS "
+        "fills the idle buffer beside a MATMUL), so a run of them pays the latch once.",
+        energy_doc="MACs: M x N (int8 or fp16): the diagonal only, the gated processing elements "
+        "spend none. Scratchpad bytes read: (M + 1) x N x esize. Accumulator bytes written: "
+        "M x N x 4 (also read when `acc` = 1).",
     )
 )
 

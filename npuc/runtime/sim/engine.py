@@ -10,7 +10,9 @@ head can start once
   port (transfers are pipelined; a transfer to a memory behind another port may start beside
   the previous one, as a DMA engine with a channel per port does); on an execute queue (compute, vector) when every earlier
   instruction of that queue has completed, except right after an instruction its definition
-  ``may_follow`` (or ``pipelines_after``: then it starts when that one's own work is done)
+  ``may_follow`` (or ``pipelines_after``: then it starts when that one's own work is done, its
+  busy cycles, while its latency runs: a ``MATMUL`` or ``MATMUL_DW`` streams its inputs while the
+  previous one's partial sums drain)
   (``LOAD_WEIGHTS`` after ``MATMUL``: the array's second weight buffer; ``MATMUL_OS`` after
   ``MATMUL_OS``: the previous outputs drain meanwhile), which it may start beside unless the
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
@@ -81,7 +83,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
     port_left: list[dict[int, int]] = [{} for _ in range(_NQ)]  # per queue, when its last transfer on each port left it
     last_step: list[Step | None] = [None] * _NQ  # each execute queue's last instruction
     last_start = [0] * _NQ  # and its start
-    last_own_end = [0] * _NQ  # and when its own work was done (before in-order retirement)
+    last_own_end = [0] * _NQ  # and when its own work was done (its busy cycles: its latency and in-order retirement may still follow)
     ufree = [0] * max([len(Unit)] + [s.resource + 1 for s in steps])  # units, then the DMA ports beyond the first
     chans: list[deque[int]] = [deque() for _ in CHANNELS]
     starts = [0] * len(steps)
@@ -135,7 +137,7 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         end = issue_end + s.latency
         ufree[s.resource] = issue_end
         if _EXECUTES[best_q]:
-            last_own_end[best_q] = end
+            last_own_end[best_q] = issue_end  # its own work: the drain (latency) may overlap the next
             end = max(end, qfree[best_q])  # in-order completion
             qfree[best_q] = end
             last_step[best_q], last_start[best_q] = s, start

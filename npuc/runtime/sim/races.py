@@ -56,8 +56,9 @@ def _conflict(i: int, si: Step, j: int, sj: Step, origin: Sequence[int] | None) 
 
 
 def _pipelined(a: Step, b: Step) -> bool:
-    """Two MATMULs in flight together: the array's accumulators take their rows in order."""
-    return a.instr.op == b.instr.op == "MATMUL"
+    """Two MATMULs (or two MATMUL_DWs) in flight together: the array's accumulators take their
+    rows in order."""
+    return a.instr.op == b.instr.op and a.instr.op in ("MATMUL", "MATMUL_DW")
 
 
 def find_race(steps: Sequence[Step], starts: Sequence[int], ends: Sequence[int],
