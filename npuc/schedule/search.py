@@ -85,11 +85,15 @@ def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1, narrow
 
 def _widths(target: Target, p: ArrayProblem) -> list[int]:
     """Output-channel widths worth trying: multiples of the array's columns whose accumulator
-    tile still holds a useful number of rows (the narrowest is always kept)."""
+    tile still holds a useful number of rows (the narrowest is always kept), and every channel
+    while the tile holds the array's rows: a pixel's channels are then one run in memory, where
+    narrower tiles store (and their consumers load) runs shorter than a burst."""
     cols = target.array.cols
     acc_words = target.accumulator.size_bytes // 4
     want = min(p.y.out * p.x.out, 4 * target.array.rows)
     out = [tn for tn in _multiples(cols, p.n) if acc_words // tn >= want]
+    if p.n not in out and acc_words // p.n >= min(p.y.out * p.x.out, target.array.rows):
+        out.append(p.n)
     return out or [min(cols, p.n)]
 
 
