@@ -178,39 +178,16 @@ def _plan(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
     placed += [Placed(b, base + off, memory=wmem.name) for b, off in consts]
     regions.append(("constants", "CONSTANTS", base, const_size))
     top[wmem.name] = use[wmem.name]["constants"] = const_size
-    io_mem = _first_with_room(t, "io", top, sum(align(b.nbytes) for b in io))
-    if io_mem is None:
-        _refuse(m, "its inputs and outputs", sum(align(b.nbytes) for b in io), "io", top, const_size)
-    io_base = t.window_of(io_mem.name).base
-    before_io = top[io_mem.name]
-    for kind, region in ((INPUT, "inputs"), (OUTPUT, "outputs")):
-        start = top[io_mem.name]
-        for b in m.buffers:
-            if b.kind == kind:
-                placed.append(Placed(b, io_base + top[io_mem.name], memory=io_mem.name))
-                top[io_mem.name] = align(top[io_mem.name] + b.nbytes)
-        regions.append((region, "IO", io_base + start, top[io_mem.name] - start))
-    use[io_mem.name]["io"] = top[io_mem.name] - before_io
-    peak_all = 0
-    for i, mem in enumerate(t.memories_holding("activations")):
-        if not acts and i:
-            break
-        room = mem.size_bytes - top[mem.name]
-        offsets, peak, acts = greedy_by_size(acts, life, room)
-        w = t.window_of(mem.name)
-        start = w.base + top[mem.name]
-        for b in m.buffers:
-            if b.name in offsets:
-                placed.append(Placed(b, start + offsets[b.name], *life[b.name], memory=mem.name))
-        name = "activations" if i == 0 else f"activations.{mem.name}"
-        if i == 0 or peak:
-            regions.append((name, "ACTIVATIONS", start, align(peak)))
-        top[mem.name] += align(peak)
-        use[mem.name]["activations"] = align(peak)
-        peak_all += align(peak)
-    if acts:
-        _refuse(m, f"{len(acts)} activations ({sum(align(b.nbytes) for b in acts):,} bytes) that fit no memory "
-                   "beside what the plan already placed", 0, "activations", top, const_size)
+    layout = _place_io_and_activations(m, io, acts, life, top, use, io_first=True)
+    if layout.spilled:  # activations left the fastest memory: would the io's room keep more of them?
+        other = _place_io_and_activations(m, io, acts, life, top, use, io_first=False)
+        if other.off_chip_traffic < layout.off_chip_traffic:
+            layout = other
+    if layout.refused:
+        _refuse(m, *layout.refused, layout.top, const_size)
+    placed += layout.placed
+    regions += layout.regions
+    top, use, peak_all = layout.top, layout.use, layout.peak
     if kept:  # offsets from the top of the scratchpad
         spad_end = RESIDENT_BASE + t.scratchpad.size_bytes
         placed += [Placed(b, spad_end - kept[b.name] - align(b.nbytes), *life[b.name], memory="scratchpad")
@@ -222,6 +199,88 @@ def _plan(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
     memories = tuple(MemoryUse(n, u["constants"], u["io"], u["activations"], top[n]) for n, u in use.items())
     return MemoryPlanResult(model, tuple(placed), tuple(regions), arena, blob, peak_all, naive, memories,
                             on_chip.resident_bytes if kept else 0, on_chip)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Inputs, outputs and activations placed in the memories that hold them (``_plan``)."""
+
+    placed: list
+    regions: list
+    top: dict
+    use: dict
+    peak: int
+    spilled: bool  # some activations live outside the fastest memory that holds activations
+    off_chip_traffic: int  # bytes the spills cost at least: spilled io once, spilled activations twice
+    refused: tuple = ()  # (what, bytes, holds) when something fits nowhere
+
+
+def _place_io_and_activations(m: LoweredModel, io: list[Buffer], acts: list[Buffer], life, top0: dict, use0: dict,
+                              io_first: bool) -> _Layout:
+    """Inputs and outputs in their own blocks in the fastest memory that holds io and has room;
+    activations by liveness in the fastest memory that holds them, spilling to the next.
+    ``io_first``: the io blocks take their room before the activations (the layout
+    ``[constants | inputs | outputs | activations]``); else after the fastest memory's
+    activations, so that a small on-chip SRAM keeps activations (written and read) rather than
+    a model input read once."""
+    t = m.target
+    top = dict(top0)
+    use = {k: dict(v) for k, v in use0.items()}
+    placed: list[Placed] = []
+    regions: list[tuple[str, str, int, int]] = []
+    io_bytes = sum(align(b.nbytes) for b in io)
+
+    def place_io() -> bool:
+        io_mem = _first_with_room(t, "io", top, io_bytes)
+        if io_mem is None:
+            return False
+        io_base = t.window_of(io_mem.name).base
+        before_io = top[io_mem.name]
+        for kind, region in ((INPUT, "inputs"), (OUTPUT, "outputs")):
+            start = top[io_mem.name]
+            for b in m.buffers:
+                if b.kind == kind:
+                    placed.append(Placed(b, io_base + top[io_mem.name], memory=io_mem.name))
+                    top[io_mem.name] = align(top[io_mem.name] + b.nbytes)
+            regions.append((region, "IO", io_base + start, top[io_mem.name] - start))
+        use[io_mem.name]["io"] = top[io_mem.name] - before_io
+        return True
+
+    if io_first and not place_io():
+        return _Layout(placed, regions, top, use, 0, False, 0, ("its inputs and outputs", io_bytes, "io"))
+    io_placed = io_first
+    peak_all = spilled_traffic = 0
+    fastest = t.memories_holding("activations")[0]
+    left = acts
+    for i, mem in enumerate(t.memories_holding("activations")):
+        if not left and i:
+            break
+        room = mem.size_bytes - top[mem.name]
+        offsets, peak, left = greedy_by_size(left, life, room)
+        w = t.window_of(mem.name)
+        start = w.base + top[mem.name]
+        for b in m.buffers:
+            if b.name in offsets:
+                placed.append(Placed(b, start + offsets[b.name], *life[b.name], memory=mem.name))
+        name = "activations" if i == 0 else f"activations.{mem.name}"
+        if i == 0 or peak:
+            regions.append((name, "ACTIVATIONS", start, align(peak)))
+        top[mem.name] += align(peak)
+        use[mem.name]["activations"] = align(peak)
+        peak_all += align(peak)
+        if i and mem.kind != "sram":
+            spilled_traffic += 2 * sum(b.nbytes for b in acts if b.name in offsets)
+        if not io_placed:
+            io_placed = place_io()
+    if not io_placed and not place_io():
+        return _Layout(placed, regions, top, use, peak_all, False, 0, ("its inputs and outputs", io_bytes, "io"))
+    if left:
+        return _Layout(placed, regions, top, use, peak_all, False, 0,
+                       (f"{len(left)} activations ({sum(align(b.nbytes) for b in left):,} bytes) that fit no memory "
+                        "beside what the plan already placed", 0, "activations"))
+    io_off = sum(pl.buffer.nbytes for pl in placed if pl.buffer.kind in (INPUT, OUTPUT) and t.memory(pl.memory).kind != "sram")
+    spilled = any(pl.memory != fastest.name for pl in placed if pl.buffer.kind == ACTIVATION)
+    return _Layout(placed, regions, top, use, peak_all, spilled, spilled_traffic + io_off)
 
 
 def _pack_constants(m: LoweredModel) -> tuple[bytes, list[tuple[Buffer, int]]]:

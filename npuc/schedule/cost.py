@@ -509,10 +509,13 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict
     first = Step(0, 0, rts[0].th, 0, xs[0][1], 0, ns[0][1], 0, cs[0][1], True, True, 0, rts[0].bh)
     x_first = sum(b for b, _ in costs.input(first, None, False)[2])  # the first tile's rows
     w_one = sum(b for b, _ in costs.weights(first))
-    dma = p.batches * store + xb * x_loads * x_one + wb * w_loads * w_one
+    x_dma, w_dma = xb * x_loads * x_one, wb * w_loads * w_one
+    dma = p.batches * store + x_dma + w_dma
     # one accumulator tile: the array waits for every epilogue; two: the two queues overlap
     work = comp + epi if t.acc_slots == 1 else max(comp, epi)
-    return max(p.batches * work, dma) + x_first + w_one + 2 * target.dma.latency_cycles, dma
+    # an operand reloaded into a single buffer: its loads wait for the compute, and it for them
+    serial = (x_dma if t.x_slots == 1 and x_loads > 1 else 0) + (w_dma if t.w_slots == 1 and w_loads > 1 else 0)
+    return max(p.batches * work + serial, dma) + x_first + w_one + 2 * target.dma.latency_cycles, dma
 
 
 def compulsory_bytes(p: ArrayProblem) -> int:

@@ -85,11 +85,15 @@ def _shapes(target: Target, p: ArrayProblem, tn: int, acc_slots: int = 1, narrow
 
 def _widths(target: Target, p: ArrayProblem) -> list[int]:
     """Output-channel widths worth trying: multiples of the array's columns whose accumulator
-    tile still holds a useful number of rows (the narrowest is always kept)."""
+    tile still holds a useful number of rows (the narrowest is always kept), and every channel
+    while the tile holds the array's rows: a pixel's channels are then one run in memory, where
+    narrower tiles store (and their consumers load) runs shorter than a burst."""
     cols = target.array.cols
     acc_words = target.accumulator.size_bytes // 4
     want = min(p.y.out * p.x.out, 4 * target.array.rows)
     out = [tn for tn in _multiples(cols, p.n) if acc_words // tn >= want]
+    if p.n not in out and acc_words // p.n >= min(p.y.out * p.x.out, target.array.rows):
+        out.append(p.n)
     return out or [min(cols, p.n)]
 
 
@@ -316,6 +320,27 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     return hit
 
 
+def single_buffer_variants(target: Target, p: ArrayProblem, t: ArrayTiling, fp: Footprint) -> list[ArrayTiling]:
+    """``t`` with one input buffer, one weight buffer, or both, when it does not fit the
+    scratchpad double buffered: a tile too large to double buffer still reads every operand
+    once, where the smaller tiles that fit re-read the weights for every output tile (on a
+    target whose weights stream from a slow memory, that is most of the layer's time).  A
+    single buffer makes its loads wait for the compute that last read it; the full model
+    weighs that against the smaller tiles' traffic."""
+    size = target.scratchpad.size_bytes
+    if fp.spad(t) <= size:
+        return []
+    out = []
+    for x_slots, w_slots in ((1, t.w_slots), (t.x_slots, 1), (1, 1)):
+        x_slots, w_slots = min(x_slots, t.x_slots), min(w_slots, t.w_slots)
+        if (x_slots, w_slots) == (t.x_slots, t.w_slots) or t.x_slots > 2 or t.w_slots > 2:
+            continue
+        v = replace(t, x_slots=x_slots, w_slots=w_slots)
+        if fp.spad(v) <= size and v not in out:
+            out.append(v)
+    return out
+
+
 def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], known: "Prices"):
     """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
     ``shorter_variant`` when it has one."""
@@ -325,6 +350,15 @@ def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], kno
         v = shorter_variant(target, p, t)
         if v is not None:
             yield v
+
+
+def _extra(target: Target, p: ArrayProblem, main: list[ArrayTiling], known: "Prices"):
+    """The second pool of candidates: the sweep with reduction blocks of part bursts
+    (``part_burst_candidates``), and the main sweep's tilings that fit only single buffered
+    (``single_buffer_variants``)."""
+    yield from _with_shorter(target, p, known.sweep(part_burst_candidates, target, p), known)
+    for t in main:
+        yield from single_buffer_variants(target, p, t, known.footprint(p, t)[0])
 
 
 def clear_memo() -> None:
@@ -418,37 +452,30 @@ def prices(target: Target, p: ArrayProblem) -> Prices:
 
 
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
+    """Rank each pool of candidates (the main sweep; part bursts and single buffers; last the
+    shrinking sweep, when neither fits) by the walk-free estimate, walk the best of each pool
+    with the full model, and take the best walked (see the module docstring)."""
     known = prices(target, p)
-    spad_size, acc_size = target.scratchpad.size_bytes, target.accumulator.size_bytes
-    ranked: list[tuple] = []
-    smallest: tuple[int, int] | None = None
-    for sweep in (candidates, part_burst_candidates, small_candidates):
-        seen: set[ArrayTiling] = set()
-        for t in _with_shorter(target, p, known.sweep(sweep, target, p), known):
-            if not _expressible(t) or t in seen:
-                continue
-            seen.add(t)
-            fp, spad = known.footprint(p, t)
-            acc = fp.acc
-            if smallest is None or (spad, acc) < smallest:
-                smallest = (spad, acc)
-            if spad > spad_size or acc > acc_size:
-                continue
-            ranked.append((*known.quick_estimate(target, p, t), spad, known.text(t), t))
-        if ranked:
-            break
-    if not ranked:
-        need = f"{smallest[0]} bytes of scratchpad and {smallest[1]} bytes of accumulator" if smallest else "an output tile"
+    main = list(_with_shorter(target, p, known.sweep(candidates, target, p), known))
+    seen: set[ArrayTiling] = set()
+    smallest: list = [None]
+    pools = [_ranked(target, p, main, known, seen, smallest), _ranked(target, p, _extra(target, p, main, known), known,
+                                                                       seen, smallest)]
+    if not any(pools):
+        pools = [_ranked(target, p, _with_shorter(target, p, known.sweep(small_candidates, target, p), known), known,
+                         seen, smallest)]
+    if not any(pools):
+        need = (f"{smallest[0][0]} bytes of scratchpad and {smallest[0][1]} bytes of accumulator"
+                if smallest[0] else "an output tile")
         raise CompileError(
             f"kernel '{p.name}' does not fit target '{target.name}' at any tiling: the smallest "
             f"needs {need}, the target has {target.scratchpad.size_bytes} and "
             f"{target.accumulator.size_bytes}"
         )
-    fastest = min(r[0] for r in ranked)
-    by_cycles = sorted(ranked, key=lambda r: (r[0], r[1], r[2], r[3]))[:walk]
-    lean = sorted((r for r in ranked if r[0] <= fastest * (1 + CYCLE_SLACK)), key=lambda r: (r[1], r[0], r[2], r[3]))[:walk]
-    walked = {r[3]: r for r in by_cycles + lean}
-    tilings = [r[4] for r in walked.values()]
+    walked: dict[str, ArrayTiling] = {}
+    for ranked in pools:
+        walked.update(_to_walk(ranked, walk))
+    tilings = list(walked.values())
     tilings += [v for t in tilings for v in tail_variants(target, p, t)]
     tilings += [v for t in tilings for v in head_variants(target, p, t)]
     full = [(known.estimate(target, p, t), known.footprint(p, t)[1], known.text(t), t) for t in tilings]
@@ -456,4 +483,33 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
                key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))
     e, _, _, t = lean if lean[0].dram_bytes <= (1 - LEAN_GAIN) * fastest_e[0].dram_bytes else fastest_e
-    return Choice(t, e, len(ranked))
+    return Choice(t, e, sum(len(r) for r in pools))
+
+
+def _ranked(target: Target, p: ArrayProblem, tilings, known: "Prices", seen: set, smallest: list) -> list[tuple]:
+    """(quick cycles, quick DRAM cycles, scratchpad bytes, text, tiling) of each new tiling that
+    fits; ``smallest`` keeps the least (scratchpad, accumulator) bytes seen, for the error."""
+    spad_size, acc_size = target.scratchpad.size_bytes, target.accumulator.size_bytes
+    ranked: list[tuple] = []
+    for t in tilings:
+        if not _expressible(t) or t in seen:
+            continue
+        seen.add(t)
+        fp, spad = known.footprint(p, t)
+        if smallest[0] is None or (spad, fp.acc) < smallest[0]:
+            smallest[0] = (spad, fp.acc)
+        if spad > spad_size or fp.acc > acc_size:
+            continue
+        ranked.append((*known.quick_estimate(target, p, t), spad, known.text(t), t))
+    return ranked
+
+
+def _to_walk(ranked: list[tuple], walk: int) -> dict[str, ArrayTiling]:
+    """The ``walk`` fastest by the walk-free estimate and the ``walk`` leanest among the nearly
+    fastest, by text."""
+    if not ranked:
+        return {}
+    fastest = min(r[0] for r in ranked)
+    by_cycles = sorted(ranked, key=lambda r: (r[0], r[1], r[2], r[3]))[:walk]
+    lean = sorted((r for r in ranked if r[0] <= fastest * (1 + CYCLE_SLACK)), key=lambda r: (r[1], r[0], r[2], r[3]))[:walk]
+    return {r[3]: r[4] for r in by_cycles + lean}
