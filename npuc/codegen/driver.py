@@ -77,9 +77,6 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
     limits = [size - r for r in splits]
     bases = scratchpad_bases([p.spad_bytes for p in plans], limits) if prefetch else [0] * len(plans)
     acc_bases = accumulator_bases([p.acc_bytes for p in plans], target.accumulator.size_bytes)
-    import os  # TEMP measurement switch
-    if os.environ.get("NPUC_TMP_NOACC"):
-        acc_bases = [0] * len(plans)
     top = max(splits, default=0)
     window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
     for lk, plan, base, acc, kt, limit in zip(seg.kernels, plans, bases, acc_bases, targets, limits):
