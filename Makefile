@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/npuc demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=25
 
 # make fuzz SEED=1000 COUNT=5000: random graphs against PyTorch eager (interpreter, fp16 and int8
 # on the NPU) and structure-edited binaries against the loader; failures print reproducers

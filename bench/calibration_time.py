@@ -14,8 +14,8 @@ then, each step timed in CPU seconds, median of ``--repeat``:
   activation observers (npuc's default observer), so that the two flows are compared with the
   same observer too.
 
-It also compiles each network once with ``npuc.compile(quantize="int8")`` and counts the calls
-of ``torch.export.export`` (issue 8: one per compile).  torch runs single-threaded.
+torch runs single-threaded.  The export count and stage split of a whole int8 compile are
+``bench/int8_compile_bench.py``'s.
 
     python bench/calibration_time.py [--networks mobilenet_v2,resnet18] [--calibration 8] [--repeat 3]
 """
@@ -33,7 +33,6 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import vela_peer as vp  # noqa: E402
-from vela_compile_time import ExportClock, cold_start  # noqa: E402
 
 
 def _cpu(fn, *args):
@@ -84,23 +83,12 @@ def torchao_flow(captured, samples, minmax: bool) -> dict[str, float]:
     return {"prepare": t_prep, "calibrate": t_cal, "convert": t_conv}
 
 
-def export_calls(model, example, samples, target) -> tuple[int, dict[str, float]]:
-    """torch.export calls of one int8 compile, and its stage seconds."""
-    import npuc
-
-    cold_start()
-    with ExportClock() as clock:
-        art = npuc.compile(model, example, target=target, quantize="int8", calibration=samples)
-    return clock.calls, art.report.seconds_by_stage()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--networks", default="mobilenet_v2,resnet18")
     ap.add_argument("--calibration", type=int, default=8, help="calibration samples")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--target", default="npu-mid")
-    ap.add_argument("--no-compile", action="store_true", help="skip the export count (a whole int8 compile)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from npuc.frontend.export import capture_program
@@ -127,10 +115,6 @@ def main() -> None:
             npuc_total = total if npuc_total is None else npuc_total
             print(f"{name:<13} {label:<26} {med['prepare']:>8.3f} {med['calibrate']:>9.3f} {med['convert']:>8.3f} "
                   f"{total:>8.3f} {total / npuc_total:>7.2f}")
-        if not args.no_compile:
-            calls, stages = export_calls(model, example, samples, target)
-            print(f"{'':<13} npuc.compile int8: {calls} torch.export call(s); stage seconds export "
-                  f"{stages.get('export', 0):.2f}, quantize {stages.get('quantize', 0):.2f}, import {stages.get('import', 0):.2f}")
         sys.stdout.flush()
 
 
