@@ -333,9 +333,11 @@ def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], kno
         v = shorter_variant(target, p, resident)
         if v is not None:
             yield v
-        if resident.w_slots > t.w_slots and t.order == "n_outer":
-            # the weights made resident (a small int8 block fits whole): streaming them, one
-            # output-channel block's reduction blocks at a time, may still be faster
+        if resident.w_slots > t.w_slots and t.order == "n_outer" and not p.dtype.is_float:
+            # int8 weights made resident (a small block fits whole): streaming them, one
+            # output-channel block's reduction blocks at a time, may still be faster (fp16 keeps
+            # its candidates: such a plan's weight buffers rotate with no period the loop nests
+            # express, tests/codegen/test_loop_emission.py)
             streamed = _per_block_buffers(p, t, target.scratchpad.size_bytes, fp, *_block_counts(p, t))
             if streamed != resident:
                 yield streamed
