@@ -119,7 +119,7 @@ class Emitter:
         for m in nest.moves:
             fields = body[m.step].defn.fields
             index = next(i for i, f in enumerate(fields) if f.name == m.field)
-            moves[m.step].append((index, m.stride, m.period))
+            moves[m.step].append((index, m.stride, m.period, m.phase))
         extremes = sorted({*range(1, min(nest.period, nest.n - 1) + 1), nest.n - 1} - {0})
         moved = {k: [shifted(ins, mv, k) for ins, mv in zip(body, moves)] for k in extremes}
         for k in extremes:

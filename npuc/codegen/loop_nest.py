@@ -9,7 +9,7 @@ double-buffered pair).  :func:`loop_pieces` cuts the steps into *chunks* -- a ch
 at the first step of each new iteration, so the loads that software pipelining hoists into
 the iteration before travel with it -- and writes each run of chunks that repeat that way as a
 :class:`LoopNest`: the first chunk's steps (the body), the number of repetitions, and the
-field moves (:class:`Move`: body step, field, stride, period).  Whatever does not repeat (the
+field moves (:class:`Move`: body step, field, stride, period, phase).  Whatever does not repeat (the
 prologue, the first and last iterations of a pipeline, a last tile of another size) stays a
 list of plain steps.
 
@@ -26,8 +26,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from npuc.codegen.reroll import _rotation as rotation  # one rule for buffer rotations, found alike in both
 from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, MAX_PERIOD
+from npuc.isa.loops import MAX_BODY, slot_offset
 from npuc.kir.tile_program import Step
 
 MAX_ITERATIONS = get_def("LOOP").field("n").max_value
@@ -36,15 +37,18 @@ MAX_ITERATIONS = get_def("LOOP").field("n").max_value
 @dataclass(frozen=True, slots=True)
 class Move:
     """Field ``field`` of body step ``step`` advances by ``stride`` each iteration, or by
-    ``(k mod period) * stride`` in iteration ``k`` when ``period`` is not 0."""
+    ``((k + phase) mod period - phase) * stride`` in iteration ``k`` when ``period`` is not 0
+    (a buffer of a rotation of ``period`` places that the nest enters at place ``phase``:
+    :func:`npuc.isa.loops.slot_offset`)."""
 
     step: int
     field: str
     stride: int
     period: int = 0
+    phase: int = 0
 
     def offset(self, k: int) -> int:
-        return (k % self.period if self.period else k) * self.stride
+        return slot_offset(k, self.stride, self.period, self.phase)
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,18 @@ class StepRecorder:
         return len(self.steps) - 1
 
 
-def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None) -> None:
+def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None, phases: bool = False) -> None:
     """Issue ``steps`` through the emitter ``em``: plain steps one by one, runs of repeating
     iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them
-    (``finer``: see :func:`refined`); an emitter made with ``nests=False`` gets every step
-    one by one (the same program, unrolled: what the tests compare with)."""
+    (``finer``: see :func:`refined`; ``phases``: see :func:`loop_pieces`); an emitter made
+    with ``nests=False`` gets every step one by one (the same program, unrolled: what the
+    tests compare with)."""
     loops = getattr(em, "emit_loop", None) if getattr(em, "nests", False) else None
     pieces: list = [tuple(steps)]
     if loops is not None:
-        pieces = loop_pieces(steps)
+        pieces = loop_pieces(steps, phases)
         if finer is not None:
-            pieces = refined(pieces, finer)
+            pieces = refined(pieces, finer, phases)
     for piece in pieces:
         if isinstance(piece, LoopNest):
             loops(piece)
@@ -188,18 +193,26 @@ def _moved(values: _Values, c: int, period: int, other: int) -> dict[tuple[int, 
     return {keys[i]: int(d[i]) for i in nz}
 
 
-def _fit(model: dict, moved: dict, k: int) -> dict | None:
-    """The (stride, period) model extended by repetition ``k``'s moves, or None (as
-    :func:`npuc.codegen.reroll._advance`)."""
+DRAM_FIELDS = frozenset({"dram_addr"})
+
+
+def _fit(model: dict, moved: dict, k: int, phases: bool = True) -> dict | None:
+    """The (stride, period, phase) model extended by repetition ``k``'s moves, or None: a field
+    that has moved by ``k`` strides so far and comes back short of (or to) its first value is a
+    buffer rotation (as :func:`npuc.codegen.reroll._advance` finds them); ``phases=False``
+    takes only rotations that start at their first place."""
     new = None
-    for key, (stride, period) in model.items():
+    for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
-        if got == (k % period if period else k) * stride:
+        if got == slot_offset(k, stride, period, phase):
             continue
-        if got == 0 and not period and k <= MAX_PERIOD:
+        found = None if period else rotation(stride, got, k)
+        if found is not None and found[2] and (not phases or key[1] in DRAM_FIELDS):
+            found = None  # a DRAM address that comes back part way is a wrap (the next band), not a buffer
+        if found is not None:
             if new is None:
                 new = dict(model)
-            new[key] = (stride, k)
+            new[key] = found
             continue
         return None
     if any(key not in model for key in moved):
@@ -207,7 +220,8 @@ def _fit(model: dict, moved: dict, k: int) -> dict | None:
     return model if new is None else new
 
 
-def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values) -> tuple[int, dict]:
+def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values,
+         phases: bool = False) -> tuple[int, dict]:
     """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
     key = shapes[c:c + period]
     if c + 2 * period > len(cs) or shapes[c + period:c + 2 * period] != key:
@@ -215,11 +229,14 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
     size = sum(len(x) for x in cs[c:c + period])
     if not size or size > MAX_BODY:
         return 1, {}
-    model = {k: (s, 0) for k, s in _moved(values, c, period, c + period).items()}
+    model = {k: (s, 0, 0) for k, s in _moved(values, c, period, c + period).items()}
+    # a rotation entered part way only for a unit of several forms (the weight blocks of a channel
+    # block over a pool of another size); a unit of one form rolls chunk by chunk instead
+    phases = phases and len(set(key)) > 1
     count = 2
     while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
            and shapes[c + count * period:c + (count + 1) * period] == key):
-        nxt = _fit(model, _moved(values, c, period, c + count * period), count)
+        nxt = _fit(model, _moved(values, c, period, c + count * period), count, phases)
         if nxt is None:
             break
         model, count = nxt, count + 1
@@ -233,14 +250,15 @@ MOVE_COST = 4  # steps a moving field is worth in a run's score
 LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
 
 
-def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values) -> tuple[int, int, int, dict]:
+def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values,
+          phases: bool = False) -> tuple[int, int, int, dict]:
     """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
     it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
     buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
     within the LOOP's stride slots)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
-        count, model = _run(cs, shapes, c, period, values)
+        count, model = _run(cs, shapes, c, period, values, phases)
         if count >= 2:
             saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
             if saved > best[0]:
@@ -248,8 +266,10 @@ def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Valu
     return best
 
 
-def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
-    """The steps as plain runs and loop nests, in program order (see the module docstring)."""
+def loop_pieces(steps: Sequence[Step], phases: bool = False) -> list[tuple[Step, ...] | LoopNest]:
+    """The steps as plain runs and loop nests, in program order (see the module docstring);
+    ``phases``: a unit of several forms may meet a buffer rotation part way (:class:`Move`'s
+    phase), as the array engine's weight pools do."""
     cs = chunks(steps)
     shapes = [_shape(c) for c in cs]
     values = _Values(cs)
@@ -259,7 +279,7 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
 
     def best_at(i: int) -> tuple[int, int, int, dict]:
         if i not in found:
-            found[i] = _best(cs, shapes, i, values) if i < len(cs) else (0, 1, 1, {})
+            found[i] = _best(cs, shapes, i, values, phases) if i < len(cs) else (0, 1, 1, {})
         return found[i]
 
     c = 0
@@ -275,7 +295,7 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
         if flat:
             out.append(tuple(flat))
             flat = []
-        moves = tuple(Move(j, k, s, p) for (j, k), (s, p) in sorted(model.items()))
+        moves = tuple(Move(j, k, s, p, h) for (j, k), (s, p, h) in sorted(model.items()))
         out.append(LoopNest(sum(cs[c:c + period], ()), count, moves))
         c += count * period
     if flat:
@@ -283,7 +303,8 @@ def loop_pieces(steps: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
     return out
 
 
-def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) -> list[tuple[Step, ...] | LoopNest]:
+def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step],
+            phases: bool = False) -> list[tuple[Step, ...] | LoopNest]:
     """``pieces`` with every plain run cut again by the iterations of ``finer`` (the same steps
     tagged with an inner loop's iterations: the array engine's reduction blocks inside its
     output tiles), so an inner loop rolls where the outer one does not repeat."""
@@ -294,7 +315,7 @@ def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step]) ->
             out.append(p)
             pos += p.n * len(p.body)
             continue
-        out.extend(loop_pieces(finer[pos:pos + len(p)]) if len(p) > 2 else [p])
+        out.extend(loop_pieces(finer[pos:pos + len(p)], phases) if len(p) > 2 else [p])
         pos += len(p)
     return out
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from npuc.isa.enums import Mem, Queue
 from npuc.isa.instr import Instr
+from npuc.isa.loops import slot_offset
 
 if TYPE_CHECKING:
     from npuc.codegen.emitter import Emitter
@@ -45,11 +46,11 @@ _BIG = 1 << 62
 _QUEUES = tuple(Queue)
 
 
-def shifted(ins: Instr, moves: list[tuple[int, int, int]], k: int) -> Instr:
-    """``ins`` in iteration ``k`` of its loop: each (field index, stride, period) moved."""
+def shifted(ins: Instr, moves: list[tuple[int, int, int, int]], k: int) -> Instr:
+    """``ins`` in iteration ``k`` of its loop: each (field index, stride, period, phase) moved."""
     vals = list(ins.args)
-    for f, stride, period in moves:
-        vals[f] += (k % period if period else k) * stride
+    for f, stride, period, phase in moves:
+        vals[f] += slot_offset(k, stride, period, phase)
     return Instr(ins.op, type(ins.args)._make(vals))
 
 

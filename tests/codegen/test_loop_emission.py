@@ -201,3 +201,80 @@ def test_emit_loop_refuses_a_stride_that_leaves_the_field_range():
 
     with pytest.raises(CompileError, match="DMA_LOAD"):
         Emitter(MID).emit_loop(_relu_nest(40, stride=1 << 40))
+
+
+def _rotating_steps(blocks: int, slots: int = 4, per_block: int = 3):
+    """The steps of ``blocks`` output-channel blocks of two tiles each (n_outer): the first tile
+    loads the block's ``per_block`` weight blocks into a pool of ``slots`` buffers taken in turn,
+    both multiply out of them.  A block's buffers are ``(per_block * b + i) mod slots``: a unit
+    of one channel block meets the rotation part way."""
+    from npuc.kir.tile_program import Step
+
+    out = []
+    for b in range(blocks):
+        bufs = [((b * per_block + i) % slots) * 0x400 for i in range(per_block)]
+        for t in range(2):
+            tile = 2 * b + t
+            if t == 0:
+                out += [Step("DMA_LOAD", (("esize", 1), ("dram_addr", 0x10000 + (b * per_block + i) * 0x400),
+                                          ("local_addr", buf), ("n0", 0x400)), tile) for i, buf in enumerate(bufs)]
+            out += [Step("VBIN", (("op", "add"), ("dtype", "int8"), ("n0", 0x400), ("dst", 0x2000 + t * 0x400),
+                                  ("a", 0x2000 + t * 0x400), ("b", buf)), tile) for buf in bufs]
+            out.append(Step("DMA_STORE", (("esize", 1), ("dram_addr", 0x40000 + tile * 0x400),
+                                          ("local_addr", 0x2000 + t * 0x400), ("n0", 0x400)), tile))
+    return out
+
+
+def test_a_rotation_entered_part_way_is_one_nest_with_phases():
+    # 3 weight blocks per channel block over 4 buffers: block b's buffers are (3b + i) mod 4, so
+    # every channel block starts the rotation at another place (moves with a phase)
+    from npuc.codegen.loop_nest import LoopNest, emit_steps, loop_pieces
+
+    steps = _rotating_steps(12)
+    pieces = loop_pieces(steps, phases=True)
+    nests = [p for p in pieces if isinstance(p, LoopNest)]
+    assert len(nests) == 1 and nests[0].n >= 10 and len(nests[0].body) == 11  # a channel block: two tiles
+    assert {(m.period, m.phase) for m in nests[0].moves if m.period} == {(4, 1), (4, 2), (4, 3)}
+    again = []
+    for p in pieces:
+        if isinstance(p, LoopNest):
+            again += [(op, f) for k in range(p.n) for op, f in p.iteration(k)]
+        else:
+            again += [(s.op, s.kwargs()) for s in p]
+    assert again == [(s.op, s.kwargs()) for s in steps]  # the nest gives back every step
+    programs = []
+    for nests_on in (False, True):
+        em = Emitter(MID, nests=nests_on)
+        with em.source("rot"):
+            emit_steps(steps, em, phases=True)
+        programs.append((em.finish(), em.loops))
+    ((flat, _), _), ((looped, labels), loops) = programs
+    assert looped.instrs == flat.instrs and loops  # the emitter took the nest, with the flat tokens
+    rolled, _ = roll(looped.instrs, labels, loops)
+    assert expand(rolled)[0] == list(flat.instrs) and len(rolled) < len(flat)
+
+
+def test_a_weight_pool_rotation_rolls_the_channel_blocks_of_an_n_outer_conv():
+    # 320 -> 1280 channels at 7x7, int8: the tiling keeps the weight blocks of a channel block in
+    # four buffers (n_outer, three reduction blocks): the channel blocks reach the emitter as one
+    # loop nest whose buffer moves have phases, and the program is the flat one, token for token
+    from npuc.codegen import loop_nest
+
+    kernel, size = place(_conv(320, 7, 1280, 1, dt=I8))
+    plan = get_kernel(kernel.kind).plan(kernel, MID)
+    nests = []
+    real = loop_nest.loop_pieces
+
+    def spy(steps, phases=False):
+        got = real(steps, phases)
+        nests.extend(p for p in got if isinstance(p, loop_nest.LoopNest))
+        return got
+
+    loop_nest.loop_pieces = spy
+    try:
+        flat, looped, rolled, loops, _ = _both(kernel, plan, MID)
+    finally:
+        loop_nest.loop_pieces = real
+    assert any(m.phase for p in nests for m in p.moves)
+    assert looped.instrs == flat.instrs
+    assert expand(rolled)[0] == list(flat.instrs) and len(rolled) * 10 < len(flat)

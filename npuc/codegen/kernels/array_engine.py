@@ -132,7 +132,7 @@ class ArrayEngine:
                 self._step(s)
         finally:
             self.em = em
-        emit_steps(rec.steps, em, rec.inner)
+        emit_steps(rec.steps, em, rec.inner, phases=True)  # weight pools rotate over channel blocks
 
     # ------------------------------------------------------------------ one step
 
