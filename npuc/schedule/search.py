@@ -210,13 +210,6 @@ def _with_buffers(target: Target, p: ArrayProblem, t: ArrayTiling, fp: Footprint
     return replace(t, x_slots=x_slots, w_slots=w_slots, wide_weights=wide)
 
 
-def _block_counts(p: ArrayProblem, t: ArrayTiling) -> tuple[int, int]:
-    """(weight blocks, input tiles) of ``t``, as :func:`_with_buffers` counts them."""
-    n_w = _count(p.n, t.tn) * _count(p.c, t.tc)
-    n_x = _count(p.y.out, t.band_rows) * _count(p.x.out, t.tw) * _count(p.c, t.tc)
-    return n_w, n_x
-
-
 def _count(total: int, size: int) -> int:
     """``len(blocks(total, size))``."""
     return max(0, -(-total // size))
@@ -327,20 +320,11 @@ def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], kno
     """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
     ``shorter_variant`` when it has one."""
     for t in sweep:
-        fp = known.footprint(p, t)[0]
-        resident = _with_buffers(target, p, t, fp)
-        yield resident
-        v = shorter_variant(target, p, resident)
+        t = _with_buffers(target, p, t, known.footprint(p, t)[0])
+        yield t
+        v = shorter_variant(target, p, t)
         if v is not None:
             yield v
-        if resident.w_slots > t.w_slots and t.order == "n_outer" and not p.dtype.is_float:
-            # int8 weights made resident (a small block fits whole): streaming them, one
-            # output-channel block's reduction blocks at a time, may still be faster (fp16 keeps
-            # its candidates: such a plan's weight buffers rotate with no period the loop nests
-            # express, tests/codegen/test_loop_emission.py)
-            streamed = _per_block_buffers(p, t, target.scratchpad.size_bytes, fp, *_block_counts(p, t))
-            if streamed != resident:
-                yield streamed
 
 
 def clear_memo() -> None:
