@@ -54,6 +54,7 @@ class EmittedSegment:
     spad_offsets: tuple[int, ...]
     loops: tuple[tuple[int, int, int], ...] = ()  # the loop nests emitted (Emitter.loops)
     loop_moves: tuple[tuple[tuple[int, int, int, int, int], ...], ...] = ()  # their field moves (Emitter.loop_moves)
+    acc_offsets: tuple[int, ...] = ()  # the accumulator byte each kernel's plan sits above
 
 
 def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch: bool = False) -> EmittedSegment:
@@ -62,10 +63,12 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
     runs (it plans in the rest and reaches those tensors through
     :class:`~npuc.codegen.local_memory.LocalEmitter`); ``prefetch``: each kernel's scratchpad
     beside the previous one's where both fit, so that its first loads (its weights) run during
-    the previous kernel (:mod:`npuc.codegen.prefetch`)."""
+    the previous kernel (:mod:`npuc.codegen.prefetch`).  Each kernel's accumulator tiles sit
+    beside the previous kernel's where both fit, always, so that its first matrix products do
+    not wait for the previous kernel's last epilogue."""
     from npuc.codegen.kernels.fused_chain import with_scratchpad
     from npuc.codegen.local_memory import RESIDENT_BASE, LocalEmitter
-    from npuc.codegen.prefetch import ShiftedEmitter, scratchpad_bases
+    from npuc.codegen.prefetch import ShiftedEmitter, accumulator_bases, scratchpad_bases
 
     em = Emitter(target)
     size = target.scratchpad.size_bytes
@@ -74,20 +77,22 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
     plans = [plan_kernel(lk, t) for lk, t in zip(seg.kernels, targets)]
     limits = [size - r for r in splits]
     bases = scratchpad_bases([p.spad_bytes for p in plans], limits) if prefetch else [0] * len(plans)
+    acc_bases = accumulator_bases([p.acc_bytes for p in plans], target.accumulator.size_bytes)
     top = max(splits, default=0)
     window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
-    for lk, plan, base, kt, limit in zip(seg.kernels, plans, bases, targets, limits):
+    for lk, plan, base, acc, kt, limit in zip(seg.kernels, plans, bases, acc_bases, targets, limits):
         kem = LocalEmitter(em, kt, window) if window else em
         try:
             with em.source(lk.name):
-                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, ShiftedEmitter(kem, kt, base, limit) if base else kem)
+                get_kernel(lk.kernel.kind).emit(lk.kernel, plan, ShiftedEmitter(kem, kt, base, limit, acc)
+                                                if base or acc else kem)
         except CompileError as e:
             where = f" (from {lk.loc})" if lk.loc else ""
             raise CompileError(f"layer {lk.name}{where}: {e}") from None
     program, labels = em.finish()
     offsets = tuple(b + r for b, r in zip(bases, splits))
     return EmittedSegment(seg, program.instrs, tuple(labels), tuple(plans), offsets, tuple(em.loops),
-                          tuple(em.loop_moves))
+                          tuple(em.loop_moves), tuple(acc_bases))
 
 
 def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
@@ -105,7 +110,7 @@ def finish_segment(e: EmittedSegment, instrs=None) -> SegmentCode:
     locs = {lk.name: lk.loc for lk in seg.kernels}
     debug = debug_entries(labels, locs)
     spad = max((p.spad_bytes + off for p, off in zip(plans, e.spad_offsets)), default=0)
-    acc = max((p.acc_bytes for p in plans), default=0)
+    acc = max((p.acc_bytes + off for p, off in zip(plans, e.acc_offsets or (0,) * len(plans))), default=0)
     return SegmentCode(seg, program, tuple(plans), debug, spad, acc)
 
 

@@ -62,6 +62,7 @@ from npuc.isa.enums import DType, UnOp
 from npuc.isa.instr import field_max
 from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, EpilogueOp, qadd_step
 from npuc.kir.tensor import DramTensor
+from npuc.schedule.int8_epilogue import Block, requant_instrs
 
 # Field limits of the instruction set, read from its definitions (docs/isa.md).
 MAX_COUNT = field_max("VFILL", "n0")  # n0 / n1 / n2 and VPOOL sizes: every count field
@@ -678,13 +679,13 @@ def emit_bias_requant(em: Any, acc: Tile, dst: Tile, bias: Tile | None, records:
     """int8: ``acc`` (int32, in ACC or the scratchpad) plus ``bias`` (int32, broadcast by its
     strides; None: no bias) requantized into ``dst`` (int8) by REQUANT with the (multiplier,
     shift) records at scratchpad address ``records`` (one per column when ``per_channel``), the
-    output zero point and the clamp [qmin, qmax].  The int8 counterpart of
-    :func:`emit_acc_to_tile`."""
-    if bias is not None:
-        emit_vbin(em, acc, "add", acc, bias)
-    for r0 in range(0, dst.rows, MAX_COUNT):
-        n1 = min(MAX_COUNT, dst.rows - r0)
-        em.emit("REQUANT", n0=dst.cols, n1=n1, per_channel=per_channel, qparams=records,
-                zp=int(zero_point), qmin=int(qmin), qmax=int(qmax),
-                src_space=acc.space, src=acc.addr + r0 * acc.s1, src_s0=acc.s0, src_s1=acc.s1 if n1 > 1 else 0,
-                dst_space=dst.space, dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)
+    output zero point and the clamp [qmin, qmax]; a per-channel bias row in the scratchpad is
+    added by REQUANT itself (:func:`npuc.schedule.int8_epilogue.requant_instrs`).  The int8
+    counterpart of :func:`emit_acc_to_tile`."""
+    for op, f in requant_instrs(dst.rows, dst.cols, _block(acc), _block(dst), None if bias is None else _block(bias),
+                                records, zero_point, qmin, qmax, per_channel):
+        em.emit(op, **f)
+
+
+def _block(t: Tile) -> Block:
+    return Block(t.space, t.addr, t.s0, t.s1)

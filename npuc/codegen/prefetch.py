@@ -13,6 +13,7 @@ output), so the simulator's race detector sees the same accesses, only fewer fal
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 from npuc.errors import CompileError
@@ -46,29 +47,40 @@ def scratchpad_bases(footprints: Sequence[int], limits: Sequence[int]) -> list[i
     return out
 
 
-def _spad_fields(op: str, fields: dict[str, Any]) -> list[str]:
-    """The scratchpad address fields of an instruction (its local address fields that do not
-    point into the accumulator)."""
+def accumulator_bases(footprints: Sequence[int], size: int) -> list[int]:
+    """An accumulator base per kernel, in program order, from each one's accumulator bytes:
+    disjoint from the kernel before it where both fit in ``size`` bytes, else 0 (as
+    :func:`scratchpad_bases`).  The next kernel's first matrix products then do not wait for
+    the current kernel's last epilogue (on the vector queue) to have read its accumulator
+    tiles: only its real inputs order it."""
+    return scratchpad_bases(footprints, [size] * len(footprints))
+
+
+def _local_fields(op: str, fields: dict[str, Any]) -> list[tuple[str, Mem]]:
+    """The local address fields of an instruction and the memory each points into (the
+    scratchpad, or the accumulator)."""
     out = []
     for name in LOCAL_ADDRESS_FIELDS:
         if name not in fields or not isinstance(fields[name], int):
             continue
         if op in ("MATMUL", "MATMUL_DW", "MATMUL_OS") and name == "out_addr":
+            out.append((name, Mem.acc))
             continue
         space = fields.get("local") if name == "local_addr" else fields.get(f"{name}_space")
-        if getattr(space, "name", space) == "acc":
-            continue
-        out.append(name)
+        out.append((name, Mem.acc if getattr(space, "name", space) == "acc" else Mem.spad))
     return out
 
 
 class ShiftedEmitter:
-    """An emitter that moves a kernel's scratchpad up by ``base`` bytes (module docstring);
-    every instruction's scratchpad regions are checked to have moved by exactly ``base`` and to
-    end below ``limit`` (the kernels' part of the scratchpad), its other regions not to move."""
+    """An emitter that moves a kernel's scratchpad up by ``base`` bytes and its accumulator up
+    by ``acc_base`` bytes (module docstring); every instruction's scratchpad and accumulator
+    regions are checked to have moved by exactly that much and to end below ``limit`` (the
+    kernels' part of the scratchpad) and the accumulator's size, its DRAM regions not to move."""
 
-    def __init__(self, em: Any, target: Any, base: int, limit: int) -> None:
+    def __init__(self, em: Any, target: Any, base: int, limit: int, acc_base: int = 0) -> None:
         self.em, self.target, self.base, self.limit = em, target, base, limit
+        self.shift = {Mem.spad: base, Mem.acc: acc_base}
+        self.ends = {Mem.spad: limit, Mem.acc: target.accumulator.size_bytes}
 
     def source(self, label: str):
         return self.em.source(label)
@@ -76,14 +88,27 @@ class ShiftedEmitter:
     def __len__(self) -> int:
         return len(self.em)
 
+    @property
+    def nests(self) -> bool:
+        """Whether the emitter below takes loop nests (then this one does too)."""
+        return bool(getattr(self.em, "nests", False)) and hasattr(self.em, "emit_loop")
+
     def emit(self, op: str, /, **fields: Any) -> int:
-        if not self.base:
-            return self.em.emit(op, **fields)
+        return self.em.emit(op, **self._moved(op, fields))
+
+    def emit_loop(self, nest: Any) -> None:
+        """A loop nest with its body moved (the strides do not change)."""
+        body = tuple(replace(s, fields=tuple(self._moved(s.op, dict(s.fields)).items())) for s in nest.body)
+        self.em.emit_loop(replace(nest, body=body))
+
+    def _moved(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        if not any(self.shift.values()):
+            return fields
         moved = dict(fields)
-        for name in _spad_fields(op, fields):
-            moved[name] = fields[name] + self.base
+        for name, mem in _local_fields(op, fields):
+            moved[name] = fields[name] + self.shift[mem]
         self._check(op, fields, moved)
-        return self.em.emit(op, **moved)
+        return moved
 
     def _check(self, op: str, before: dict[str, Any], after: dict[str, Any]) -> None:
         d = get_def(op)
@@ -95,7 +120,7 @@ class ShiftedEmitter:
         except Exception:  # an invalid instruction: the emitter below says why
             return
         for x, y in zip(ra, rb):
-            want = x.addr + self.base if x.mem is Mem.spad else x.addr
-            if y.addr != want or (y.mem is Mem.spad and y.end > self.limit):
-                raise CompileError(f"internal error: moving a kernel's scratchpad by {self.base} bytes moved a "
+            by = self.shift.get(x.mem, 0)
+            if y.addr != x.addr + by or (x.mem in self.ends and y.end > self.ends[x.mem]):
+                raise CompileError(f"internal error: moving a kernel's {x.mem.name} by {by} bytes moved a "
                                    f"{x.mem.name} region of {op} from 0x{x.addr:x} to 0x{y.addr:x}")

@@ -212,5 +212,5 @@ def esize(name: str, doc: str) -> Field:
     return Field(name, 2, "log2", doc)
 
 
-def addr(name: str, bits: int, doc: str) -> Field:
-    return Field(name, bits, "uint", doc, hex=True)
+def addr(name: str, bits: int, doc: str, default: Default = None) -> Field:
+    return Field(name, bits, "uint", doc, default=default, hex=True)

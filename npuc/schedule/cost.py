@@ -22,7 +22,7 @@ from typing import Any
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
-from npuc.schedule.int8_epilogue import Block, qadd_instrs
+from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
 from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
 from npuc.targets import Target
@@ -90,9 +90,9 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     """Compute-queue cycles of turning an m x tn accumulator tile into the stored result:
     the conversion out of the accumulator and the fused epilogue ops on the tile."""
     dt = p.dtype.name
-    if p.quant is not None:  # int8: bias add in int32, then REQUANT
-        total = vector_time(target, "VBIN", op="add", dtype="int32", n0=tn, n1=m, dst_space="acc", a_space="acc")
-        total += vector_time(target, "REQUANT", n0=tn, n1=m, src_space="acc", per_channel=True)
+    if p.quant is not None:  # int8: REQUANT with the folded bias on its pre-adder
+        total = sum(instr_cycles(target, op, f) for op, f in requant_instrs(
+            m, tn, Block("acc", 0, 4, tn * 4), Block("spad", 0, 1, tn), Block("spad", 0, 4, 0), 0, 0))
     else:
         total = vector_time(target, "VCVT", src_dtype="fp32", dst_dtype=dt, n0=tn, n1=m, src_space="acc")
     for e in p.epilogue:

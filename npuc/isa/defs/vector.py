@@ -19,7 +19,7 @@ from npuc.isa.defs.common import (
 from npuc.isa.enums import BinOp, CmpOp, DType, Mem, PoolOp, Queue, ReduceOp, Space, UnOp, Unit
 from npuc.isa.fields import Derived, addr, choice, count, f32, flag, sint, uint
 from npuc.isa.instr import InstrDef, register
-from npuc.isa.numerics import quantized_add, quantized_mul, requantize, to_dtype, unary, widen
+from npuc.isa.numerics import quantized_add, quantized_mul, requantize, saturate_int32, to_dtype, unary, widen
 from npuc.isa.region import Region
 from npuc.isa.widths import LOCAL_ADDR_BITS
 
@@ -199,11 +199,12 @@ _vector(
 # ------------------------------------------------------------------------------------ REQUANT
 def _rq_regions(a):
     q_rows = a.n0 if a.per_channel else 1
+    bias = (Region(Mem.spad, a.bias, (a.n1, a.n0), (0, 4), DType.int32.np, "r", "bias"),) if a.add_bias else ()
     return (
         region2d(a, "src", DType.int32, "r"),
         Region(Mem.spad, a.qparams, (q_rows, 2), (8, 4), DType.int32.np, "r", "qparams"),
         region2d(a, "dst", DType.int8, "w"),
-    )
+    ) + bias
 
 
 def _records(st, q: Region, op: str) -> tuple[np.ndarray, np.ndarray]:
@@ -221,9 +222,12 @@ def _records(st, q: Region, op: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rq_exec(st, a, regions) -> None:
-    src, q, dst = regions
+    src, q, dst = regions[:3]
     mult, shift = _records(st, q, "REQUANT")
-    st.write(dst, requantize(st.read(src), mult[None, :], shift[None, :], a.zp, a.qmin, a.qmax))
+    x = st.read(src)
+    if a.add_bias:
+        x = saturate_int32(x.astype(np.int64) + st.read(regions[3]))
+    st.write(dst, requantize(x, mult[None, :], shift[None, :], a.zp, a.qmin, a.qmax))
 
 
 def _rq_validate(a) -> str | None:
@@ -245,16 +249,21 @@ _vector(
         sint("zp", 8, "output zero point", default=0),
         sint("qmin", 8, "lowest output value (a fused ReLU raises it to the zero point)", default=-128),
         sint("qmax", 8, "highest output value", default=127),
+        flag("add_bias", "1: add the int32 bias of channel i0 (at bias + 4*i0) to src[i1][i0] first"),
+        addr("bias", LOCAL_ADDR_BITS, "scratchpad byte address of the per-channel int32 biases (with `add_bias`)",
+             default=0),
     ],
     _rq_regions,
     _rq_exec,
     lambda a: 2 * a.n0 * a.n1,
-    "Record c (8 bytes at qparams + 8c: int32 multiplier, then int32 shift; c = i0 when "
+    "With `add_bias`, src[i1][i0] plus the int32 at bias + 4*i0 (saturated to int32, as VBIN add "
+    "of int32) is requantized instead of src[i1][i0] (a folded convolution bias, added on the "
+    "lane's pre-adder). Record c (8 bytes at qparams + 8c: int32 multiplier, then int32 shift; c = i0 when "
     "`per_channel`, else 0) requantizes src[i1][i0]: the gemmlowp/TFLite scheme "
     "SaturatingRoundingDoublingHighMul then RoundingDivideByPOT (see *Numerics*), plus `zp`, "
     "clamped to [qmin, qmax]. Multipliers must be >= 0 and shifts in [-31, 31] (positive: right "
     "shift), else the simulator stops with an error.",
-    f"Lane-ops: 2 x n0 x n1 (multiply-high, shift-round-add). {_RW_DOC}.",
+    f"Lane-ops: 2 x n0 x n1 (multiply-high with the bias on its pre-adder, shift-round-add). {_RW_DOC}.",
     validate=_rq_validate,
 )
 
