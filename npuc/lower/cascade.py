@@ -208,6 +208,18 @@ def unfused_cost(k: Kernel, target) -> Estimate:
     return program_estimate(kernel_steps(k, target), target)
 
 
+def members_together(ks: tuple[Kernel, ...], target, offs: dict[str, int]) -> int:
+    """Cycles of a run's kernels one after the other as the machine runs them: their recorded
+    emissions, at the run's pricing addresses, walked as one stream, so that each kernel's first
+    loads overlap the one before's last work as the tokens allow (the sum of the kernels priced
+    alone leaves that overlap out, and a chain that only matches that sum can be slower)."""
+    from npuc.codegen.kernels.fused_chain import kernel_steps
+    from npuc.schedule.vector_cost import timeline
+
+    steps = [s for k in ks for s in kernel_steps(relocate_kernel(k, offs), target)]
+    return max((t.end for t in timeline(steps, target)), default=0)
+
+
 def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:
     """Where a run's tensors sit while it is priced: each buffer at its own address (before the
     memory plan every buffer's views start at 0), constants in the memory that holds weights and
@@ -299,6 +311,8 @@ def _fuse_segment(lks: tuple[LKernel, ...], target, readers, protected, sizes, c
         for i, j in missing:
             offs = pricing_offsets(tuple(lk.kernel for lk in lks[i:j]), target, sizes)
             members = _sum(alone(x) for x in range(i, j))
+            if cycles_not_worse:
+                members = replace(members, cycles=members_together(tuple(lk.kernel for lk in lks[i:j]), target, offs))
             priced[(i, j)] = best_chain(target, runs[(i, j)], members, cycles_not_worse, offs)
             if priced[(i, j)] is None:
                 del runs[(i, j)]
