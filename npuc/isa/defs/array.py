@@ -131,6 +131,20 @@ register(
 
 
 # ------------------------------------------------------------------------ MATMUL (weight-stationary)
+def _row_stream(row: str) -> tuple:
+    """The fields after ``in_addr`` of an input-row stream into the accumulator, shared by
+    MATMUL and MATMUL_DW: an input row is field ``row`` elements long."""
+    return (
+        count("m0", "input rows in the inner row loop"),
+        count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
+        uint("in_s0", 24, "byte stride between input rows of the inner loop", default=Derived(f"{row} * dtype.size")),
+        uint("in_s1", 24, "byte stride between inner loops of input rows", default=Derived("m0 * in_s0")),
+        addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
+        uint("out_s0", 24, "byte stride between output rows of the inner loop", default=Derived("n * 4")),
+        uint("out_s1", 24, "byte stride between inner loops of output rows", default=Derived("m0 * out_s0")),
+    )
+
+
 def _mm_regions(a) -> tuple[Region, ...]:
     es = a.dtype.size
     inp = Region(Mem.spad, a.in_addr, (a.m1, a.m0, a.k), (a.in_s1, a.in_s0, es), a.dtype.np, "r", "in")
@@ -180,13 +194,7 @@ register(
             count("k", "reduction length; must equal the loaded tile's k"),
             count("n", "output columns; must equal the loaded tile's n"),
             addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input row (0, 0)"),
-            count("m0", "input rows in the inner row loop"),
-            count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
-            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=Derived("k * dtype.size")),
-            uint("in_s1", 24, "byte stride between inner loops of input rows", default=Derived("m0 * in_s0")),
-            addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
-            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=Derived("n * 4")),
-            uint("out_s1", 24, "byte stride between inner loops of output rows", default=Derived("m0 * out_s0")),
+            *_row_stream("k"),
         ),
         regions=_mm_regions,
         execute=_mm_execute,
@@ -271,13 +279,7 @@ register(
             addr("w_addr", LOCAL_ADDR_BITS, "scratchpad byte address of the weight of channel 0"),
             uint("w_s", 16, "byte stride between the weights of channels c and c+1", default=Derived("dtype.size")),
             addr("in_addr", LOCAL_ADDR_BITS, "scratchpad byte address of input row (0, 0)"),
-            count("m0", "input rows in the inner row loop"),
-            count("m1", "repetitions of the inner row loop (M = m0 x m1)", default=1),
-            uint("in_s0", 24, "byte stride between input rows of the inner loop", default=Derived("n * dtype.size")),
-            uint("in_s1", 24, "byte stride between inner loops of input rows", default=Derived("m0 * in_s0")),
-            addr("out_addr", LOCAL_ADDR_BITS, "accumulator byte address of output row (0, 0)"),
-            uint("out_s0", 24, "byte stride between output rows of the inner loop", default=Derived("n * 4")),
-            uint("out_s1", 24, "byte stride between inner loops of output rows", default=Derived("m0 * out_s0")),
+            *_row_stream("n"),
         ),
         regions=_dw_regions,
         execute=_dw_execute,
