@@ -26,7 +26,7 @@ after each multiply and each add (2 kh kw - 1 roundings per output; relative err
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from npuc.codegen.epilogue import (
     ALIGN,
@@ -147,16 +147,41 @@ def finalists(plans: list[Plan]) -> list[Plan]:
     return [p for p in near if moved[id(p)] <= fewest * (1 + OFFCHIP_SLACK)]
 
 
-def cheapest(plans: list[Plan], target) -> Plan:
-    """Of the :func:`finalists` of ``plans``, the one whose code takes the fewest bytes
-    (:func:`npuc.codegen.program_size.encoded_bytes`: its tile program emitted, rolled into
-    LOOPs and encoded), then the fewest off-chip bytes, then the fewest cycles, then the first.
-    A large tile of few iterations rolls poorly: its code is many times a one-row tile's for
-    a percent of cycles."""
+def cheapest(plans: list[Plan], kernel: Kernel, target) -> Plan:
+    """Of the :func:`finalists` of ``plans`` (schedules of ``kernel``), the one whose code
+    takes the fewest bytes (:func:`code_bytes`), then the fewest off-chip bytes, then the fewest
+    cycles, then the first.  A large tile of few iterations rolls poorly: its code can be many
+    times a small tile's for a percent of cycles."""
     lean = finalists(plans)
     if len(lean) == 1:
         return lean[0]
-    return min(lean, key=lambda p: (encoded_bytes(p.details, target), offchip_bytes(p.details), p.est_cycles))
+    return min(lean, key=lambda p: (code_bytes(p, kernel, target), offchip_bytes(p.details), p.est_cycles))
+
+
+_CODE: dict[tuple, int] = {}  # (target, code_key, tiling) -> encoded bytes
+_CODE_LIMIT = 4096
+
+
+def code_key(kernel: Kernel) -> tuple:
+    """A key equal for two kernels whose schedules at one tiling encode to the same code, to a
+    few bytes: the placement-free kernel (:func:`placement_free`) without its source names and
+    quantization values (a zero point or a clamp bound is one field of an instruction, not a
+    different loop structure)."""
+    placed, overlaps = placement_free(kernel)
+    return replace(placed, sources=(), quant=None), overlaps
+
+
+def code_bytes(plan: Plan, kernel: Kernel, target) -> int:
+    """The encoded bytes of ``plan``'s tile program (:func:`npuc.codegen.program_size.encoded_bytes`:
+    emitted, rolled into LOOPs and encoded), measured once per target, :func:`code_key` and
+    tiling (the repeated blocks of a network share it)."""
+    key = (target, code_key(kernel), plan.details.choice)
+    got = _CODE.get(key)
+    if got is None:
+        if len(_CODE) >= _CODE_LIMIT:
+            _CODE.clear()
+        got = _CODE[key] = encoded_bytes(plan.details, target)
+    return got
 
 
 _CHOICES: dict[tuple, tuple] = {}  # (target, placement-free kernel) -> (summary, tiling, estimate)
@@ -204,7 +229,7 @@ class DepthwiseKernel:
             summary, choice, est = hit
             prog = self.program(kernel, choice, target)
             return Plan(summary, prog.spad_bytes, prog.acc_bytes, est, prog)
-        best = cheapest(self.alternatives(kernel, target), target)
+        best = cheapest(self.alternatives(kernel, target), kernel, target)
         if len(_CHOICES) >= _CHOICES_LIMIT:
             _CHOICES.clear()
         _CHOICES[key] = (best.summary, best.details.choice, best.est_cycles)
