@@ -195,26 +195,44 @@ class _FlatValues:
     a run (same signatures, so the same fields) are equal-length, evenly spaced slices of it, and
     many of them are compared with the model of the run in one array operation (:func:`_matching`)."""
 
-    def __init__(self, flat: np.ndarray, offsets: list[int], ordinals: dict[str, dict[int, int]]) -> None:
+    def __init__(self, flat: np.ndarray, offsets: list[int], ordinals: dict[str, dict[int, int]],
+                 instr_of: np.ndarray, field_of: np.ndarray) -> None:
         self.flat, self.offsets, self.ordinals = flat, offsets, ordinals
+        self.instr_of, self.field_of = instr_of, field_of  # per value: its instruction and field index
+
+    def delta(self, lo: int, b: int, body: int) -> dict[tuple[int, int], int] | None:
+        """:func:`_args_delta` of the ``body`` instructions at ``lo`` and those at ``b`` (of the
+        same signatures): {(offset, field): difference}, None beyond :data:`MAX_MOVES` fields."""
+        offsets = self.offsets
+        a, width = offsets[lo], offsets[lo + body] - offsets[lo]
+        c = offsets[b]
+        d = self.flat[c:c + width] - self.flat[a:a + width]
+        nz = np.flatnonzero(d)
+        if len(nz) > MAX_MOVES:
+            return None
+        return dict(zip(zip((self.instr_of[a + nz] - lo).tolist(), self.field_of[a + nz].tolist()), d[nz].tolist()))
 
     @staticmethod
     def of(instrs: Sequence[Instr]) -> "_FlatValues | None":
         ordinals: dict[str, dict[int, int]] = {}
         offsets = [0]
         vals: list[int] = []
+        fields: list[int] = []
         for ins in instrs:
             ords = ordinals.get(ins.op)
             if ords is None:
                 ords = ordinals[ins.op] = {f: k for k, f in enumerate(sorted(_integer_fields(ins)))}
             args = ins.args
             vals.extend(args[f] for f in ords)
+            fields.extend(ords)
             offsets.append(len(vals))
         try:
             flat = np.array(vals, dtype=np.int64)
         except OverflowError:
             return None
-        return _FlatValues(flat, offsets, ordinals)
+        counts = np.diff(np.array(offsets, dtype=np.int64))
+        instr_of = np.repeat(np.arange(len(instrs), dtype=np.int64), counts)
+        return _FlatValues(flat, offsets, ordinals, instr_of, np.array(fields, dtype=np.int64))
 
 
 def _integer_fields(ins: Instr, _cache: dict = {}) -> frozenset[int]:
@@ -261,7 +279,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     new = None
     for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
-        if got == slot_offset(k, stride, period, phase):
+        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset, inline
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:
@@ -272,7 +290,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
         return None
     # A field that moves for the first time ends the run, however many fields came back to
     # their first value in this repetition (counting keys would let one hide the other).
-    if any(key not in model for key in moved):
+    if not moved.keys() <= model.keys():
         return None
     return model if new is None else new
 
@@ -310,7 +328,8 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
         return None
     instrs, args = units.instrs, units.args
     first, first_args = instrs[lo:mid], args[lo:mid]
-    moved = _args_delta(first, first_args, args[mid:mid + body], MAX_MOVES)
+    fv = units.values() if body >= ARRAY_FROM else None
+    moved = fv.delta(lo, mid, body) if fv is not None else _args_delta(first, first_args, args[mid:mid + body], MAX_MOVES)
     if moved is None:
         return None
     model = {key: [s, 0, 0] for key, s in moved.items()}
@@ -324,7 +343,7 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
         if sig[u + count * period:u + (count + 1) * period] != pattern:
             break
         b = units.starts[u + count * period]
-        moved = _args_delta(first, first_args, args[b:b + body], MAX_MOVES)
+        moved = fv.delta(lo, b, body) if fv is not None else _args_delta(first, first_args, args[b:b + body], MAX_MOVES)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break
@@ -333,8 +352,9 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
     return count, model
 
 
-FAST_FROM = 12  # repetitions of a run from which the next ones are compared in blocks (_matching)
+FAST_FROM = 8  # repetitions of a run from which the next ones are compared in blocks (_matching)
 BLOCK = 64  # repetitions compared in one array operation
+ARRAY_FROM = 8  # body instructions from which two repetitions are compared as arrays (_FlatValues.delta)
 
 
 def _matching(units: _Units, u: int, period: int, lo: int, body: int, model: dict, count: int) -> int:
