@@ -26,7 +26,7 @@ after each multiply and each add (2 kh kw - 1 roundings per output; relative err
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from npuc.codegen.epilogue import (
     ALIGN,
@@ -45,6 +45,7 @@ from npuc.codegen.epilogue import (
     vector_nd,
 )
 from npuc.codegen.kernel import SramArena, register_kernel
+from npuc.codegen.program_size import encoded_bytes
 from npuc.codegen.kernels.depthwise_on_array import ArrayDepthwisePlan, array_matmul_cycles, array_program, array_tilings
 from npuc.codegen.tile_builder import TileBuilder, emit_program, placement_free, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
@@ -121,7 +122,8 @@ def _fixed_bytes(k: Kernel, rows: int, chans: int, expand: bool, cols: int = 0) 
     return _r(w) + _r(rows * ow * chans * es)
 
 
-CYCLE_SLACK = 0.02  # a schedule this much slower than the fastest may win by moving fewer off-chip bytes
+CYCLE_SLACK = 0.02  # schedules this much slower than the fastest count as fast
+OFFCHIP_SLACK = 0.10  # of those, schedules that move this many more off-chip bytes than the fewest count as lean
 
 
 def offchip_bytes(prog: TileProgram) -> int:
@@ -134,12 +136,52 @@ def offchip_bytes(prog: TileProgram) -> int:
     return total
 
 
-def cheapest(plans: list[Plan]) -> Plan:
-    """Of ``plans``, those within CYCLE_SLACK of the fewest estimated cycles, the one with the
-    fewest off-chip bytes, then the fewest cycles, then the first."""
+def finalists(plans: list[Plan]) -> list[Plan]:
+    """Of ``plans``, those within CYCLE_SLACK of the fewest estimated cycles that move at most
+    OFFCHIP_SLACK more off-chip bytes than the fewest of them (off-chip bytes are most of an
+    inference's energy)."""
     fastest = min(p.est_cycles for p in plans)
     near = [p for p in plans if p.est_cycles <= fastest * (1 + CYCLE_SLACK)]
-    return min(near, key=lambda p: (offchip_bytes(p.details), p.est_cycles))
+    moved = {id(p): offchip_bytes(p.details) for p in near}
+    fewest = min(moved.values())
+    return [p for p in near if moved[id(p)] <= fewest * (1 + OFFCHIP_SLACK)]
+
+
+def cheapest(plans: list[Plan], kernel: Kernel, target) -> Plan:
+    """Of the :func:`finalists` of ``plans`` (schedules of ``kernel``), the one whose code
+    takes the fewest bytes (:func:`code_bytes`), then the fewest off-chip bytes, then the fewest
+    cycles, then the first.  A large tile of few iterations rolls poorly: its code can be many
+    times a small tile's for a percent of cycles."""
+    lean = finalists(plans)
+    if len(lean) == 1:
+        return lean[0]
+    return min(lean, key=lambda p: (code_bytes(p, kernel, target), offchip_bytes(p.details), p.est_cycles))
+
+
+_CODE: dict[tuple, int] = {}  # (target, code_key, tiling) -> encoded bytes
+_CODE_LIMIT = 4096
+
+
+def code_key(kernel: Kernel) -> tuple:
+    """A key equal for two kernels whose schedules at one tiling encode to the same code, to a
+    few bytes: the placement-free kernel (:func:`placement_free`) without its source names and
+    quantization values (a zero point or a clamp bound is one field of an instruction, not a
+    different loop structure)."""
+    placed, overlaps = placement_free(kernel)
+    return replace(placed, sources=(), quant=None), overlaps
+
+
+def code_bytes(plan: Plan, kernel: Kernel, target) -> int:
+    """The encoded bytes of ``plan``'s tile program (:func:`npuc.codegen.program_size.encoded_bytes`:
+    emitted, rolled into LOOPs and encoded), measured once per target, :func:`code_key` and
+    tiling (the repeated blocks of a network share it)."""
+    key = (target, code_key(kernel), plan.details.choice)
+    got = _CODE.get(key)
+    if got is None:
+        if len(_CODE) >= _CODE_LIMIT:
+            _CODE.clear()
+        got = _CODE[key] = encoded_bytes(plan.details, target)
+    return got
 
 
 _CHOICES: dict[tuple, tuple] = {}  # (target, placement-free kernel) -> (summary, tiling, estimate)
@@ -174,10 +216,10 @@ class DepthwiseKernel:
             kernel.epilogue, kernel.dtype, target)
 
     def plan(self, kernel: Kernel, target) -> Plan:
-        """The cheapest of :meth:`alternatives` by the cost model: of those within
-        ``CYCLE_SLACK`` of the fewest estimated cycles, the one that moves the fewest off-chip
-        bytes (off-chip bytes are most of an inference's energy), then the fewest cycles (the
-        vector unit on a tie).
+        """The cheapest of :meth:`alternatives` (:func:`cheapest`): of those within
+        ``CYCLE_SLACK`` of the fewest estimated cycles and ``OFFCHIP_SLACK`` of the fewest
+        off-chip bytes among them, the one whose code takes the fewest bytes, then the fewest
+        off-chip bytes, then the fewest cycles (the vector unit on a tie).
         The choice is memoised per target and placement-free kernel (the repeated blocks of a
         network): a layer like one already planned gets the same schedule, built for its own
         tensors, without costing the alternatives again."""
@@ -187,7 +229,7 @@ class DepthwiseKernel:
             summary, choice, est = hit
             prog = self.program(kernel, choice, target)
             return Plan(summary, prog.spad_bytes, prog.acc_bytes, est, prog)
-        best = cheapest(self.alternatives(kernel, target))
+        best = cheapest(self.alternatives(kernel, target), kernel, target)
         if len(_CHOICES) >= _CHOICES_LIMIT:
             _CHOICES.clear()
         _CHOICES[key] = (best.summary, best.details.choice, best.est_cycles)
