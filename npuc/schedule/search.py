@@ -343,7 +343,7 @@ def single_buffer_variants(target: Target, p: ArrayProblem, t: ArrayTiling, fp: 
 
 def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], known: "Prices"):
     """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
-    ``shorter_variant`` when it has one."""
+    ``shorter_variant`` and its ``streamed_variant`` when it has them."""
     for t in sweep:
         fp = known.footprint(p, t)[0]
         resident = _with_buffers(target, p, t, fp)
