@@ -343,13 +343,35 @@ def single_buffer_variants(target: Target, p: ArrayProblem, t: ArrayTiling, fp: 
 
 def _with_shorter(target: Target, p: ArrayProblem, sweep: list[ArrayTiling], known: "Prices"):
     """The sweep's tilings with their buffers (``_with_buffers``), each followed by its
-    ``shorter_variant`` when it has one."""
+    ``shorter_variant`` and its ``streamed_variant`` when it has them."""
     for t in sweep:
-        t = _with_buffers(target, p, t, known.footprint(p, t)[0])
-        yield t
-        v = shorter_variant(target, p, t)
+        fp = known.footprint(p, t)[0]
+        resident = _with_buffers(target, p, t, fp)
+        yield resident
+        v = shorter_variant(target, p, resident)
         if v is not None:
             yield v
+        v = streamed_variant(target, p, t, resident, fp)
+        if v is not None:
+            yield v
+
+
+def streamed_variant(target: Target, p: ArrayProblem, t: ArrayTiling, resident: ArrayTiling,
+                     fp: Footprint) -> ArrayTiling | None:
+    """An int8 ``n_outer`` tiling ``t`` whose weights :func:`_with_buffers` made resident
+    (``resident``: small int8 blocks fit whole), with its weights streamed instead: one
+    output-channel block's reduction blocks at a time, in as many buffers.  Streaming may keep
+    the array busier than the resident layout (ResNet-50's stage-3 1x1 expansions); one buffer
+    per reduction block makes the buffers' rotation repeat with every channel block, so the
+    loop nests roll it (a spare buffer gains no cycles there and breaks that period).  fp16
+    keeps its candidates.  None when there is no such variant or it does not fit."""
+    if p.dtype.is_float or t.order != "n_outer" or resident.w_slots <= t.w_slots:
+        return None
+    n_c = _count(p.c, t.tc)
+    v = replace(t, w_slots=n_c)
+    if n_c < 2 or v.w_slots <= t.w_slots or v == resident or fp.spad(v) > target.scratchpad.size_bytes:
+        return None
+    return v
 
 
 def _extra(target: Target, p: ArrayProblem, main: list[ArrayTiling], known: "Prices"):

@@ -305,14 +305,29 @@ def test_a_rotation_entered_part_way_is_one_nest_with_phases():
     assert expand(rolled)[0] == list(flat.instrs) and len(rolled) < len(flat)
 
 
+def _pinned_plan(kernel: Kernel, **tiling):
+    """The searched plan of an array convolution with its tiling's fields replaced by ``tiling``."""
+    from dataclasses import replace
+
+    from npuc.codegen.kernels.array_conv import conv_problem
+    from npuc.kir.plan import Plan
+    from npuc.schedule.cost import estimate
+
+    t = replace(get_kernel(kernel.kind).plan(kernel, MID).details, **tiling)
+    e = estimate(MID, conv_problem(kernel), t)
+    return Plan(str(t), e.spad_bytes, e.acc_bytes, e.cycles, t)
+
+
 def test_a_weight_pool_rotation_rolls_the_channel_blocks_of_an_n_outer_conv():
-    # 320 -> 1280 channels at 7x7, int8: the tiling keeps the weight blocks of a channel block in
-    # four buffers (n_outer, three reduction blocks): the channel blocks reach the emitter as one
-    # loop nest whose buffer moves have phases, and the program is the flat one, token for token
+    # 320 -> 1280 channels at 7x7, int8, with a tiling that keeps the weight blocks of a channel
+    # block in four buffers (n_outer, three reduction blocks of 128 channels; pinned: the search
+    # now streams this layer's weights in blocks of 64): the channel blocks reach the emitter as
+    # one loop nest whose buffer moves have phases, and the program is the flat one, token for token
     from npuc.codegen import loop_nest
 
     kernel, size = place(_conv(320, 7, 1280, 1, dt=I8))
-    plan = get_kernel(kernel.kind).plan(kernel, MID)
+    plan = _pinned_plan(kernel, order="n_outer", tc=128, x_slots=3, w_slots=4, wide_weights=False)
+    assert "c128" in plan.summary and "w-bufs 4" in plan.summary
     nests = []
     real = loop_nest.loop_pieces
 
@@ -329,3 +344,20 @@ def test_a_weight_pool_rotation_rolls_the_channel_blocks_of_an_n_outer_conv():
     assert any(m.phase for p in nests for m in p.moves)
     assert looped.instrs == flat.instrs
     assert expand(rolled)[0] == list(flat.instrs) and len(rolled) * 10 < len(flat)
+
+
+@pytest.mark.parametrize("c,hw,o", [(320, 7, 1280), (256, 14, 1024)])
+def test_streamed_int8_weights_roll_per_channel_block(c, hw, o):
+    # int8 1x1 expansions whose small weights would fit resident: the search streams them, one
+    # channel block's reduction blocks in one buffer each (npuc.schedule.search.streamed_variant),
+    # so the buffers' rotation repeats with every channel block and the program rolls to a
+    # tenth of the flat one, and it runs as estimated
+    kernel, size = place(_conv(c, hw, o, 1, dt=I8))
+    plan = get_kernel(kernel.kind).plan(kernel, MID)
+    t = plan.details
+    reduction_blocks = -(-c // t.tc)
+    assert t.order == "n_outer" and t.w_slots == reduction_blocks and not t.wide_weights
+    flat, looped, rolled, loops, _ = _both(kernel, plan, MID)
+    assert expand(rolled)[0] == list(flat.instrs) and len(rolled) * 10 < len(flat)
+    cycles = simulate(flat.instrs, MID, dram_size=size, functional=False).total_cycles
+    assert abs(plan.est_cycles - cycles) <= 0.03 * cycles
