@@ -24,8 +24,8 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    adds the operand tile to the int8 tile in place with QADD, the qadd's zero points, factors
    and record (loaded once).
 
-Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
-tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
+Input buffers alternate (LRU over a pool) and weight buffers follow the weight plan, so with
+the emitter's automatic tokens the load of the next tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
 two accumulator tiles (``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector
 queue, overlaps the matrix products of the next.
 """
