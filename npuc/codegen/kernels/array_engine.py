@@ -26,8 +26,9 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
 
 Input buffers alternate (LRU over a pool) and weight buffers follow the weight plan, so with
 the emitter's automatic tokens the load of the next tile overlaps the compute of this one and
-the store of this tile overlaps the next compute.  With two accumulator tiles (``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector
-queue, overlaps the matrix products of the next.
+the store of this tile overlaps the next compute.  With two accumulator tiles
+(``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector queue, overlaps the
+matrix products of the next.
 """
 
 from __future__ import annotations
