@@ -351,7 +351,6 @@ class _Walk:
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
         self.x_state: dict[int, BandState] = {}
-        self.next_x: tuple[int, int, int] | None = None  # the next step's input, issued early
         self.w_loaded = False
         self.x_reads: dict[int, dict[int, int]] = {}  # per input buffer: local row -> last reader's end
         self.out_free = [0, 0]
@@ -420,8 +419,7 @@ class _Walk:
 
     def step(self, i: int, s: Step) -> None:
         p, costs = self.p, self.costs
-        x_slot, ready, fill = self.next_x if self.next_x is not None else self._input(s)
-        self.next_x = None
+        x_slot, ready, fill = self._input(s)
         reads = self.x_reads[x_slot]
         w_slot, w_last, tail = self.plan.slot[i], 0, 0
         own = self._weights(i)
@@ -443,8 +441,6 @@ class _Walk:
         for r in range(r0, r1):
             reads[r] = self.t_comp
         if s.last:
-            if i + 1 < len(self.seq):  # the next step's input before this tile's epilogue, as emitted
-                self.next_x = self._input(self.seq[i + 1])
             self._finish(s)
 
     def _finish(self, s: Step) -> None:

@@ -279,8 +279,9 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
     loaded.  A block missing from the buffers replaces the one read again latest (or never).
     Its load is issued at the step that needs it when the buffer it replaces is read by the
     step before; otherwise it is spread, a plane at a time, over the steps before it (one plane
-    a step, up to the step after the last read of the buffer): the next channel block's weights
-    then arrive during the compute of this one.  A load of one queue completes in order, so one
+    a step, from the step after the last read of the buffer and after the last plane of the
+    load before: loads keep the order of their use): the next channel block's weights then
+    arrive during the compute of this one.  A load of one queue completes in order, so one
     whole block issued ahead would hold every input load behind it for its transfer (on a
     target whose weights stream from flash at a byte a cycle, several thousand cycles); a plane
     beside a step's input loads, on another memory's port, delays none of them."""
@@ -295,6 +296,7 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
     last_read = [-1] * t.w_slots  # the last step that read each buffer
     slot = [0] * len(keys)
     loads: list[list[WeightLoad]] = [[] for _ in keys]
+    issued = 0  # the step of the last load's last plane: loads keep the order of their use
     for i, k in enumerate(keys):
         if k not in held:
             if len(held) < t.w_slots:
@@ -303,7 +305,7 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
                 victim = max(held, key=lambda x: next_use[x])
                 b = held.pop(victim)
                 del next_use[victim]
-            _schedule(p, t, seq, loads, i, last_read[b] + 1)
+            issued = _schedule(p, t, seq, loads, i, max(last_read[b] + 1, issued))
             held[k] = b
         slot[i] = held[k]
         next_use[k] = nxt[i]
@@ -311,18 +313,20 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
     return WeightPlan(tuple(slot), tuple(tuple(x) for x in loads))
 
 
-def _schedule(p: ArrayProblem, t: ArrayTiling, seq: list[Step], loads: list[list[WeightLoad]], i: int, free: int) -> None:
-    """Put the load of step ``i``'s block, whose buffer is free from step ``free``, in ``loads``."""
+def _schedule(p: ArrayProblem, t: ArrayTiling, seq: list[Step], loads: list[list[WeightLoad]], i: int, free: int) -> int:
+    """Put the load of step ``i``'s block, which may be issued from step ``free`` on, in
+    ``loads``; the step of its last plane."""
     if free >= i:
         loads[i].append(WeightLoad(i))
-        return
+        return i
     n = len(by_planes(weight_loads(p, t, seq[i])))
     w = min(n, i - free)  # steps the planes spread over: the last ``w`` before step ``i``
     if w == 1:  # the step before: whole
         loads[i - 1].append(WeightLoad(i))
-        return
+        return i - 1
     for k in range(w):
         loads[i - w + k].append(WeightLoad(i, (k * n // w, (k + 1) * n // w), n))
+    return i - 1
 
 
 def output_store(p: ArrayProblem, s: Step) -> Instr:

@@ -118,7 +118,6 @@ class ArrayEngine:
         self.add_records: dict[int, int] = {}  # epilogue step -> scratchpad address of its loaded record
         self.acc_slot = 0
         self.x_state: dict[int, BandState] = {}  # what each input buffer holds
-        self.next_x: int | None = None  # the next step's input buffer, when issued early
         self.w_loaded = False
         self.by_planes = False  # this step's weight block arrives plane by plane
         self.out_slot = 0
@@ -146,18 +145,13 @@ class ArrayEngine:
         return self.accs[self.acc_slot]
 
     def _step(self, i: int, s: Step) -> None:
-        xb = self.next_x if self.next_x is not None else self._input(s)
-        self.next_x = None
+        xb = self._input(s)
         wb = self._weights(i)
         if self.moves_only:
             self.by_planes = False
         else:
             self._compute(s, xb, wb)
         if s.last:
-            # the next step's input first: a new band's border fill then runs on the vector
-            # queue before this tile's epilogue, not behind it (the array would wait for both)
-            if i + 1 < len(self.seq):
-                self.next_x = self._input(self.seq[i + 1])
             self._finish(s)
 
     def _input(self, s: Step) -> int:
