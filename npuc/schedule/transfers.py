@@ -297,6 +297,7 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
     slot = [0] * len(keys)
     loads: list[list[WeightLoad]] = [[] for _ in keys]
     issued = 0  # the step of the last load's last plane: loads keep the order of their use
+    fill_end = next((i for i, s in enumerate(seq) if i and s.first), len(seq))  # the second tile's first step
     for i, k in enumerate(keys):
         if k not in held:
             if len(held) < t.w_slots:
@@ -305,7 +306,10 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
                 victim = max(held, key=lambda x: next_use[x])
                 b = held.pop(victim)
                 del next_use[victim]
-            issued = _schedule(p, t, seq, loads, i, max(last_read[b] + 1, issued))
+            # the first output tile's blocks at their own steps (the pipeline's fill: the first
+            # block by planes, each next one behind it as the array reaches it)
+            free = i if i < fill_end else max(last_read[b] + 1, issued)
+            issued = _schedule(p, t, seq, loads, i, free)
             held[k] = b
         slot[i] = held[k]
         next_use[k] = nxt[i]
