@@ -24,6 +24,8 @@ from itertools import compress
 from operator import attrgetter, ne
 from typing import Sequence
 
+import numpy as np
+
 from npuc.errors import CompileError
 from npuc.isa.instr import FieldError, Instr, get_def
 from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, expand, group, loop_instr, loop_problem,
@@ -169,6 +171,13 @@ class _Units:
     def __len__(self) -> int:
         return len(self.starts) - 1
 
+    def values(self) -> "_FlatValues | None":
+        """The integer fields of every instruction as one array (built on first use), or None
+        when a value does not fit 64 bits."""
+        if not hasattr(self, "_values"):
+            self._values = _FlatValues.of(self.instrs)
+        return self._values
+
     def span(self, u: int, n: int) -> tuple[int, int]:
         return self.starts[u], self.starts[u + n]
 
@@ -179,6 +188,51 @@ class _Units:
         first = self.instrs[lo]
         shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
         return shape, self.labels[lo], first.op == "END"
+
+
+class _FlatValues:
+    """Every integer field of a stream, in program order, as one int64 array: the repetitions of
+    a run (same signatures, so the same fields) are equal-length, evenly spaced slices of it, and
+    many of them are compared with the model of the run in one array operation (:func:`_matching`)."""
+
+    def __init__(self, flat: np.ndarray, offsets: list[int], ordinals: dict[str, dict[int, int]],
+                 instr_of: np.ndarray, field_of: np.ndarray) -> None:
+        self.flat, self.offsets, self.ordinals = flat, offsets, ordinals
+        self.instr_of, self.field_of = instr_of, field_of  # per value: its instruction and field index
+
+    def delta(self, lo: int, b: int, body: int) -> dict[tuple[int, int], int] | None:
+        """:func:`_args_delta` of the ``body`` instructions at ``lo`` and those at ``b`` (of the
+        same signatures): {(offset, field): difference}, None beyond :data:`MAX_MOVES` fields."""
+        offsets = self.offsets
+        a, width = offsets[lo], offsets[lo + body] - offsets[lo]
+        c = offsets[b]
+        d = self.flat[c:c + width] - self.flat[a:a + width]
+        nz = np.flatnonzero(d)
+        if len(nz) > MAX_MOVES:
+            return None
+        return dict(zip(zip((self.instr_of[a + nz] - lo).tolist(), self.field_of[a + nz].tolist()), d[nz].tolist()))
+
+    @staticmethod
+    def of(instrs: Sequence[Instr]) -> "_FlatValues | None":
+        ordinals: dict[str, dict[int, int]] = {}
+        offsets = [0]
+        vals: list[int] = []
+        fields: list[int] = []
+        for ins in instrs:
+            ords = ordinals.get(ins.op)
+            if ords is None:
+                ords = ordinals[ins.op] = {f: k for k, f in enumerate(sorted(_integer_fields(ins)))}
+            args = ins.args
+            vals.extend(args[f] for f in ords)
+            fields.extend(ords)
+            offsets.append(len(vals))
+        try:
+            flat = np.array(vals, dtype=np.int64)
+        except OverflowError:
+            return None
+        counts = np.diff(np.array(offsets, dtype=np.int64))
+        instr_of = np.repeat(np.arange(len(instrs), dtype=np.int64), counts)
+        return _FlatValues(flat, offsets, ordinals, instr_of, np.array(fields, dtype=np.int64))
 
 
 def _integer_fields(ins: Instr, _cache: dict = {}) -> frozenset[int]:
@@ -225,7 +279,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     new = None
     for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
-        if got == slot_offset(k, stride, period, phase):
+        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset, inline
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:
@@ -236,7 +290,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
         return None
     # A field that moves for the first time ends the run, however many fields came back to
     # their first value in this repetition (counting keys would let one hide the other).
-    if any(key not in model for key in moved):
+    if not moved.keys() <= model.keys():
         return None
     return model if new is None else new
 
@@ -274,17 +328,22 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
         return None
     instrs, args = units.instrs, units.args
     first, first_args = instrs[lo:mid], args[lo:mid]
-    moved = _args_delta(first, first_args, args[mid:mid + body], MAX_MOVES)
+    fv = units.values() if body >= ARRAY_FROM else None
+    moved = fv.delta(lo, mid, body) if fv is not None else _args_delta(first, first_args, args[mid:mid + body], MAX_MOVES)
     if moved is None:
         return None
     model = {key: [s, 0, 0] for key, s in moved.items()}
     count = 2
     pattern = sig[u:u + period]
     while u + (count + 1) * period <= n and count < MAX_ITERATIONS:
+        if count >= FAST_FROM:  # the repetitions that fit the model, compared at once
+            count = _matching(units, u, period, lo, body, model, count)
+            if not (u + (count + 1) * period <= n and count < MAX_ITERATIONS):
+                break
         if sig[u + count * period:u + (count + 1) * period] != pattern:
             break
         b = units.starts[u + count * period]
-        moved = _args_delta(first, first_args, args[b:b + body], MAX_MOVES)
+        moved = fv.delta(lo, b, body) if fv is not None else _args_delta(first, first_args, args[b:b + body], MAX_MOVES)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break
@@ -293,9 +352,77 @@ def _run(units: _Units, u: int, period: int) -> tuple[int, dict[tuple[int, int],
     return count, model
 
 
+FAST_FROM = 8  # repetitions of a run from which the next ones are compared in blocks (_matching)
+BLOCK = 64  # repetitions compared in one array operation
+ARRAY_FROM = 8  # body instructions from which two repetitions are compared as arrays (_FlatValues.delta)
+
+
+def _matching(units: _Units, u: int, period: int, lo: int, body: int, model: dict, count: int) -> int:
+    """The first repetition from ``count`` on of the run at unit ``u`` (its first repetition's
+    instructions at ``lo``, ``body`` of them) that does not repeat the first one's signatures
+    with every field where ``model`` puts it (see :func:`_advance`), or the last one the run
+    may reach: what :func:`_run`'s loop finds repetition by repetition, where :func:`_advance`
+    keeps the model, found in array operations."""
+    fv = units.values()
+    if fv is None:
+        return count
+    sig, n = units.sig, len(units)
+    last = min((n - u) // period, MAX_ITERATIONS)  # repetitions the run may have
+    pattern = sig[u:u + period]
+    offsets, ordinals, instrs = fv.offsets, fv.ordinals, units.instrs
+    a = offsets[lo]
+    width = offsets[lo + body] - a
+    first = fv.flat[a:a + width]
+    cols = np.array([offsets[lo + j] - a + ordinals[instrs[lo + j].op][f] for j, f in model], dtype=np.int64)
+    params = np.array(list(model.values()), dtype=np.int64).reshape(-1, 3)
+    stride, per, phase = params[:, 0], params[:, 1], params[:, 2]
+    rotating = per != 0
+    safe = np.where(rotating, per, 1)
+    moving = np.zeros(width, dtype=bool)
+    moving[cols] = True
+    while count < last:
+        stop = min(last, count + BLOCK)
+        # the repetitions whose signatures repeat the pattern (then their instructions lie evenly spaced)
+        same = count
+        while same < stop and sig[u + same * period:u + (same + 1) * period] == pattern:
+            same += 1
+        if same == count:
+            return count
+        ks = np.arange(count, same, dtype=np.int64)
+        block = fv.flat[a + count * width:a + same * width].reshape(-1, width) - first
+        want = np.where(rotating, ((ks[:, None] + phase) % safe - phase), ks[:, None]) * stride
+        bad = (block[:, cols] != want).any(axis=1) | (block[:, ~moving] != 0).any(axis=1)
+        hit = np.flatnonzero(bad)
+        if len(hit):
+            return count + int(hit[0])
+        count = same
+        if same < stop:
+            return count
+    return count
+
+
 def _slots(model: dict[tuple[int, int], list[int]]) -> tuple[Slot, ...] | None:
     """The stride slots of a run's model (:func:`_run`), or None when they do not fit a LOOP."""
     return group([(j, f, *m) for (j, f), m in model.items()])
+
+
+def _may_save(units: _Units, u: int, period: int, need: int) -> bool:
+    """Whether a run of ``period`` units at ``u`` could save more than ``need`` instructions:
+    its signatures alone repeat often enough (a bound on what :func:`_run` may find, so a
+    candidate that fails it is left out without changing the result)."""
+    lo, hi = units.span(u, period)
+    body = hi - lo
+    if body > MAX_BODY:
+        return False
+    sig = units.sig
+    pattern = sig[u:u + period]
+    last = min((len(units) - u) // period, MAX_ITERATIONS)
+    count = 1
+    while count < last and sig[u + count * period:u + (count + 1) * period] == pattern:
+        count += 1
+        if (count - 1) * body - 1 > need:
+            return True
+    return False
 
 
 def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tuple[Slot, ...]] | None:
@@ -305,6 +432,9 @@ def _best_run(units: _Units, nxt: list[int], u: int) -> tuple[int, int, int, tup
     v, tried = nxt[u], 0
     while v < n and v - u <= WINDOW and tried < CANDIDATES:
         tried += 1
+        if best is not None and not _may_save(units, u, v - u, PREFER * best[0]):
+            v = nxt[v]  # it cannot replace the run found: not worth comparing its fields
+            continue
         found = _run(units, u, v - u)
         if found is not None:
             count, model = found

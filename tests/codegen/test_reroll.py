@@ -102,3 +102,43 @@ def test_a_loop_that_strays_from_the_emitted_stream_is_refused():
     wrong[2] = dataclasses.replace(wrong[2], args=wrong[2].args._replace(n0=8))
     with pytest.raises(CompileError, match="do not expand to the emitted instructions"):
         check_expansion(rolled, wrong, rolled_labels)
+
+
+def _vfills(spec):
+    """A program of VFILLs from (dst, n0, dst_s1, value) tuples (no tokens: no conflicts matter
+    here; the value, a float field, tells the steps of a body apart)."""
+    from npuc.isa.instr import Instr
+
+    instrs = [Instr.make("VFILL", dtype="int8", n0=n0, dst=dst, dst_s1=s1, value=v) for dst, n0, s1, v in spec]
+    return instrs + [Instr.make("END")], ["layer"] * len(spec) + [""]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_block_comparison_and_the_candidate_bound_find_what_the_plain_search_finds(seed, monkeypatch):
+    """The repetitions compared in blocks (``_matching``) or as arrays (``_FlatValues.delta``)
+    and the candidates left out by their signatures' bound (``_may_save``) give the program the
+    repetition-by-repetition search gives:
+    long strided runs, double-buffered rotations entered at every phase, a field that moves for
+    the first time, runs broken part way."""
+    import random
+
+    import npuc.codegen.reroll as rr
+
+    rnd = random.Random(seed)
+    spec = []
+    for _ in range(8):
+        reps, body, period = rnd.randint(2, 200), rnd.choice([1, 2, 3, 9]), rnd.choice([0, 2, 3])
+        base, phase = rnd.randrange(0, 1 << 14, 64), rnd.randrange(max(period, 1))
+        for k in range(reps):
+            for j in range(body):
+                place = ((k + phase) % period) if period else k
+                n0 = 8 if k == reps - 1 and rnd.random() < 0.3 else 16 + j
+                spec.append((base + 64 * place + 4096 * j, n0, 64 * (k + 1) if j == 2 else 64, j + 1))
+        spec += [(rnd.randrange(0, 1 << 14, 64), 4, 0, 1) for _ in range(rnd.randint(0, 3))]
+    instrs, labels = _vfills(spec)
+    fast = reroll(instrs, labels)
+    monkeypatch.setattr(rr, "FAST_FROM", 1 << 30)
+    monkeypatch.setattr(rr, "ARRAY_FROM", 1 << 30)
+    monkeypatch.setattr(rr, "_may_save", lambda *a: True)
+    assert reroll(instrs, labels) == fast
+    assert expand(fast[0])[0] == instrs
