@@ -321,15 +321,27 @@ def _pinned_plan(kernel: Kernel, **tiling):
 def test_a_weight_pool_rotation_rolls_the_channel_blocks_of_an_n_outer_conv():
     # 320 -> 1280 channels at 7x7, int8, with a tiling that keeps the weight blocks of a channel
     # block in four buffers (n_outer, three reduction blocks of 128 channels; pinned: the search
-    # now streams this layer's weights in blocks of 64). The weight plan spreads each block's load
-    # over the steps before its use (npuc.schedule.transfers.weight_plan), so consecutive channel
-    # blocks differ in where their loads sit and reach the emitter as flat steps, not one nest: the
-    # rerolling must still roll them to under a tenth, and the program is the flat one, token for
-    # token
+    # now streams this layer's weights in blocks of 64): the channel blocks reach the emitter as
+    # one loop nest whose buffer moves have phases, and the program is the flat one, token for token
+    from npuc.codegen import loop_nest
+
     kernel, size = place(_conv(320, 7, 1280, 1, dt=I8))
     plan = _pinned_plan(kernel, order="n_outer", tc=128, x_slots=3, w_slots=4, wide_weights=False)
     assert "c128" in plan.summary and "w-bufs 4" in plan.summary
-    flat, looped, rolled, loops, _ = _both(kernel, plan, MID)
+    nests = []
+    real = loop_nest.loop_pieces
+
+    def spy(steps, phases=False):
+        got = real(steps, phases)
+        nests.extend(p for p in got if isinstance(p, loop_nest.LoopNest))
+        return got
+
+    loop_nest.loop_pieces = spy
+    try:
+        flat, looped, rolled, loops, _ = _both(kernel, plan, MID)
+    finally:
+        loop_nest.loop_pieces = real
+    assert any(m.phase for p in nests for m in p.moves)
     assert looped.instrs == flat.instrs
     assert expand(rolled)[0] == list(flat.instrs) and len(rolled) * 10 < len(flat)
 
