@@ -279,7 +279,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     new = None
     for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
-        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset, inline
+        if got == slot_offset(k, stride, period, phase):
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:
