@@ -24,7 +24,7 @@ from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
 from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
-from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads, weight_plan, WeightLoad
+from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_loads, weight_loads, weight_plan, WeightLoad
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -268,7 +268,7 @@ class _Costs:
         fill = sum(sum(self.table.time(op, f)) for op, f in fills)
         return (fill, len(fills), self.dmas(loads), rows, after)
 
-    def weights(self, s: Step, planes: bool = False) -> tuple[tuple[int, int], ...]:
+    def weights(self, s: Step, planes: bool | tuple[int, int] = False) -> tuple[tuple[int, int], ...]:
         key = ("w", self.t.weight_cols(self.p), s.tc, planes)
         hit = self.memo.get(key)
         if hit is None:
@@ -277,9 +277,12 @@ class _Costs:
             hit = self.memo[key] = self._pure(pure, lambda: self._weights(s, planes))
         return hit
 
-    def _weights(self, s: Step, planes: bool) -> tuple[tuple[int, int], ...]:
+    def _weights(self, s: Step, planes: bool | tuple[int, int]) -> tuple[tuple[int, int], ...]:
         loads = weight_loads(self.p, self.t, s)
-        loads = by_planes(loads) if planes else loads
+        if planes is True:
+            loads = by_planes(loads)
+        elif planes:
+            loads = plane_range(loads, *planes)
         if self.target.weight_decoder is not None:
             loads = as_streams(loads)
         return self.dmas(loads)
@@ -375,11 +378,14 @@ class _Walk:
         self.instrs += len(loads)
         return ready
 
-    def _weights(self, i: int) -> tuple[int, int] | None:
-        """Issue the weight loads the plan puts at step ``i``; (first plane's arrival, last's)
-        when step ``i``'s own block is the kernel's first, loaded by planes."""
+    def _weights(self, i: int, early: bool) -> tuple[int, int] | None:
+        """Issue the weight loads the plan puts at step ``i``, the ``early`` ones (before its
+        input loads) or the rest; (first plane's arrival, last's) when step ``i``'s own block is
+        the kernel's first, loaded by planes."""
         own = None
         for load in self.plan.loads[i]:
+            if load.early != early:
+                continue
             b = self.plan.slot[load.step]
             if not self.w_loaded:
                 pieces = self.costs.weights(self.seq[load.step], planes=True)
@@ -397,9 +403,7 @@ class _Walk:
         """The (busy, latency) of each transfer of ``load`` (its share of the block's planes)."""
         if load.planes is None:
             return self.costs.weights(self.seq[load.step])
-        pieces = self.costs.weights(self.seq[load.step], planes=True)
-        lo, hi = load.planes
-        return pieces[lo * len(pieces) // load.of:hi * len(pieces) // load.of]
+        return self.costs.weights(self.seq[load.step], planes=load.planes)
 
     def _input(self, s: Step) -> tuple[int, int, int]:
         """The input loads and border fill of step ``s``: (its buffer, when they are done, the
@@ -419,10 +423,11 @@ class _Walk:
 
     def step(self, i: int, s: Step) -> None:
         p, costs = self.p, self.costs
+        self._weights(i, early=True)
         x_slot, ready, fill = self._input(s)
         reads = self.x_reads[x_slot]
         w_slot, w_last, tail = self.plan.slot[i], 0, 0
-        own = self._weights(i)
+        own = self._weights(i, early=False)
         if own is not None:  # the first block, by planes: the array starts on the first
             ready, w_last = max(ready, own[0]), own[1]
         else:

@@ -474,4 +474,3 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
 
 
 QADD_RECORD_BYTES = 64  # a fused qadd's REQUANT record (8 bytes) in its own aligned block
-

@@ -248,19 +248,43 @@ def by_planes(loads: list[Instr]) -> list[Instr]:
     return out
 
 
+def plane_range(loads: list[Instr], lo: int, hi: int) -> list[Instr]:
+    """The planes [lo, hi) of :func:`by_planes` of ``loads``, the planes of one load as one
+    transfer (a spread piece of a block: one DMA, so that a weight stream's piece moves whole
+    bursts once, not once a plane)."""
+    out: list[Instr] = []
+    at = 0
+    for op, f in loads:
+        n2 = f.get("n2", 1)
+        a, b = max(lo, at), min(hi, at + n2)
+        if a < b:
+            s2 = f.get("dram_s2", f.get("n1", 1) * f.get("dram_s1", f["n0"] * f.get("dram_s0", f["esize"])))
+            l2 = f.get("local_s2", f.get("n1", 1) * f.get("local_s1", f["n0"] * f["esize"]))
+            part = dict(f, n2=b - a, dram_addr=f["dram_addr"] + (a - at) * s2, local_addr=f["local_addr"] + (a - at) * l2)
+            if b - a == 1:  # a single plane, as by_planes gives it
+                part = {k: v for k, v in part.items() if k not in ("n2", "dram_s2", "local_s2")}
+            out.append((op, part))
+        at += n2
+    return out
+
+
 class WeightLoad(NamedTuple):
     """Weight loads issued at one step: the block of step ``step``, whole (``planes`` None: as
-    :func:`weight_loads` gives it) or its planes [lo, hi) of ``of`` (:func:`by_planes`)."""
+    :func:`weight_loads` gives it) or its planes [lo, hi) of ``of`` (:func:`plane_range`);
+    ``early``: at the start of the step, before its input loads (a load issued ahead of its
+    block's step), else after them."""
 
     step: int
     planes: tuple[int, int] | None = None
     of: int = 1
+    early: bool = False
 
 
 @dataclass(frozen=True)
 class WeightPlan:
     """Which weight buffer each step of a loop nest reads (``slot``) and which loads each step
-    issues after its input loads (``loads``), in the order their blocks are used."""
+    issues (``loads``: before its input loads the ``early`` ones, after them the rest), in the
+    order their blocks are used."""
 
     slot: tuple[int, ...]
     loads: tuple[tuple[WeightLoad, ...], ...]
@@ -270,8 +294,7 @@ class WeightPlan:
         whole = weight_loads(p, t, seq[load.step])
         if load.planes is None:
             return by_planes(whole) if first else whole
-        lo, hi = load.planes
-        return by_planes(whole)[lo:hi]
+        return plane_range(whole, *load.planes)
 
 
 def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
@@ -284,7 +307,9 @@ def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
     arrive during the compute of this one.  A load of one queue completes in order, so one
     whole block issued ahead would hold every input load behind it for its transfer (on a
     target whose weights stream from flash at a byte a cycle, several thousand cycles); a plane
-    beside a step's input loads, on another memory's port, delays none of them."""
+    beside a step's input loads, on another memory's port, delays none of them.  A piece is
+    issued at the start of the step after the one it follows (``WeightLoad.early``), and the
+    planes of one piece are one transfer (:func:`plane_range`)."""
     keys = [s.w_key(p, t) for s in seq]
     nxt = [len(keys)] * len(keys)  # the next step that reads the same block (len(keys): none)
     seen: dict[tuple, int] = {}
@@ -324,12 +349,17 @@ def _schedule(p: ArrayProblem, t: ArrayTiling, seq: list[Step], loads: list[list
         loads[i].append(WeightLoad(i))
         return i
     n = len(by_planes(weight_loads(p, t, seq[i])))
-    w = min(n, i - free)  # steps the planes spread over: the last ``w`` before step ``i``
+    w = min(n, i - free)
+    # the planes spread over the last ``w`` steps before step ``i``, each piece after a step's
+    # input loads: issued at the start of the step after (``early``, before its input loads:
+    # the same order on the DMA queue, but for a tile's epilogue operand and record loads, which
+    # now go first), so that a piece issued at the end of an output tile travels with the next
+    # tile's iteration, and the last channel block's iterations look like the others'
     if w == 1:  # the step before: whole
-        loads[i - 1].append(WeightLoad(i))
+        loads[i].append(WeightLoad(i, early=True))
         return i - 1
     for k in range(w):
-        loads[i - w + k].append(WeightLoad(i, (k * n // w, (k + 1) * n // w), n))
+        loads[i - w + k + 1].append(WeightLoad(i, (k * n // w, (k + 1) * n // w), n, early=True))
     return i - 1
 
 

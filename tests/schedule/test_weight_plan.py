@@ -98,15 +98,17 @@ def test_every_step_finds_its_weights_and_no_more_blocks_than_lru(case):
 
 def test_a_spare_buffer_takes_the_next_block_ahead_in_planes():
     """With a buffer to spare, the next channel block's first block is loaded a plane a step
-    over the steps before it; with none, whole, once the step before has read the block it
-    replaces."""
+    over the steps before it (each piece after a step's input loads, that is, before the next
+    step's: the last one at the start of the block's own step); with none, whole, once the step
+    before has read the block it replaces."""
     args, t = CASES["n_outer-spare"]
     p = conv_problem(place(conv(FP16, *args))[0])
     seq = list(steps(p, t))
     plan = weight_plan(p, t, seq)
     first_of_block1 = next(i for i, s in enumerate(seq) if s.n0 == 16)
-    at = [i for i, loads in enumerate(plan.loads) for x in loads if x.step == first_of_block1]
-    assert len(at) > 1 and max(at) < first_of_block1
+    at = [(i, x.early) for i, loads in enumerate(plan.loads) for x in loads if x.step == first_of_block1]
+    assert len(at) > 1 and all(early for _, early in at) and max(at)[0] == first_of_block1
+    assert [i for i, _ in at] == list(range(at[0][0], first_of_block1 + 1))  # a piece a step
     bare = dataclasses.replace(t, w_slots=2)
     seq2 = list(steps(p, bare))
     plan2 = weight_plan(p, bare, seq2)

@@ -9,7 +9,8 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    valid part, then, for a band new to its buffer, VFILL of the zero border (only when the
    buffer's last band had a different border);
 2. the weight blocks the plan loads at this step (``weight_plan``: its own, unless a buffer
-   already holds it, and later steps' blocks into buffers nothing reads before them);
+   already holds it, after the input loads; pieces of later steps' blocks into buffers nothing
+   reads before them, before the input loads);
 3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
    and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
    tile (m0 = tw pixels at the horizontal step, m1 = th rows at the row step), accumulating in
@@ -145,8 +146,9 @@ class ArrayEngine:
         return self.accs[self.acc_slot]
 
     def _step(self, i: int, s: Step) -> None:
+        self._weights(i, early=True)
         xb = self._input(s)
-        wb = self._weights(i)
+        wb = self._weights(i, early=False)
         if self.moves_only:
             self.by_planes = False
         else:
@@ -166,12 +168,14 @@ class ArrayEngine:
             self.em.emit(op, **_shifted(f, base, ("dst",)))
         return base
 
-    def _weights(self, i: int) -> int:
+    def _weights(self, i: int, early: bool) -> int:
         """Issue the weight loads the plan puts at step ``i`` (its own block's, or later
-        steps' into buffers no step before those reads again: ``weight_plan``); the address of
-        step ``i``'s block."""
+        steps' into buffers no step before those reads again: ``weight_plan``), the ``early``
+        ones (before the step's input loads) or the rest; the address of step ``i``'s block."""
         plan = self.w_plan
         for load in plan.loads[i]:
+            if load.early != early:
+                continue
             # the kernel's first block by planes: the array starts on the first chunk
             first, self.w_loaded = not self.w_loaded, True
             self.by_planes |= first and load.step == i
