@@ -401,9 +401,7 @@ class _Walk:
 
     def _pieces(self, load: WeightLoad) -> tuple[tuple[int, int], ...]:
         """The (busy, latency) of each transfer of ``load`` (its share of the block's planes)."""
-        if load.planes is None:
-            return self.costs.weights(self.seq[load.step])
-        return self.costs.weights(self.seq[load.step], planes=load.planes)
+        return self.costs.weights(self.seq[load.step], planes=load.planes or False)
 
     def _input(self, s: Step) -> tuple[int, int, int]:
         """The input loads and border fill of step ``s``: (its buffer, when they are done, the
