@@ -223,7 +223,7 @@ def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
         if f.kind == "f32" and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if f.kind == "enum" and not isinstance(v, f.enum) and isinstance(v, str):
-            v = f.enum[v] if v in f.enum.__members__ else v
+            v = f.enum._member_map_.get(v, v)  # by name (Enum.__members__ builds a proxy per call)
         reason = f.problem(v)
         if reason:
             raise FieldError(f"{d.name} field '{f.name}' {reason}")
