@@ -37,7 +37,10 @@ from npuc.runtime.sim.prepare import channel, resource
 _NQ = len(Queue)
 # the order in which a step looks for the steps it waits on: the execute queues first, whose
 # own waits usually imply the transfers' (fewer transfer steps scanned)
-_SCAN = (int(Queue.compute), int(Queue.vector), int(Queue.load), int(Queue.store))
+_SCAN = tuple(tuple(p for p in (int(Queue.compute), int(Queue.vector), int(Queue.load), int(Queue.store)) if p != q)
+              for q in range(_NQ))
+_DMA = int(Unit.dma)
+(_DRAM_FIELD,) = DRAM_ADDRESS_FIELDS
 _CHANNELS = tuple(tuple(channel(Queue(p), Queue(q)) if p != q else -1 for q in range(_NQ)) for p in range(_NQ))
 _NONE = (-1,) * _NQ
 
@@ -54,21 +57,39 @@ class Timed:
 
 
 class _Accesses:
-    """The regions one queue's steps touched in one memory, in program order, with the extent of
-    all of them and of the written ones (a region outside it conflicts with none)."""
+    """The regions one queue's steps touched in one memory, in program order: all of them, and
+    the written ones apart (a read conflicts only with those), each with the extent of its list
+    (a region outside it conflicts with none)."""
 
-    __slots__ = ("items", "lo", "hi", "wlo", "whi")
+    __slots__ = ("items", "written", "lo", "hi", "wlo", "whi")
 
     def __init__(self) -> None:
-        self.items: list[tuple[int, int, bool, int]] = []  # (lo, hi, writes, program index)
+        self.items: list[tuple[int, int, int]] = []  # (lo, hi, program index)
+        self.written: list[tuple[int, int, int]] = []
         self.lo = self.wlo = 1 << 62
         self.hi = self.whi = -1
 
     def add(self, lo: int, hi: int, writes: bool, index: int) -> None:
-        self.items.append((lo, hi, writes, index))
-        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        item = (lo, hi, index)
+        items = self.items
+        last = items[-1] if items else None
+        if last is not None and last[0] == lo and last[1] == hi and (not writes or (self.written and self.written[-1] is last)):
+            # the same region as the last one (written as it was): the later step stands for both
+            items[-1] = item
+            if writes:
+                self.written[-1] = item
+            return
+        items.append(item)
+        if lo < self.lo:
+            self.lo = lo
+        if hi > self.hi:
+            self.hi = hi
         if writes:
-            self.wlo, self.whi = min(self.wlo, lo), max(self.whi, hi)
+            self.written.append(item)
+            if lo < self.wlo:
+                self.wlo = lo
+            if hi > self.whi:
+                self.whi = hi
 
     def latest_conflict(self, lo: int, hi: int, writes: bool, after: int) -> int:
         """The program index of the latest step later than ``after`` whose region conflicts
@@ -76,12 +97,15 @@ class _Accesses:
         if writes:
             if hi <= self.lo or self.hi <= lo:
                 return -1
-        elif hi <= self.wlo or self.whi <= lo:
-            return -1
-        for a, b, w, index in reversed(self.items):
+            items = self.items
+        else:
+            if hi <= self.wlo or self.whi <= lo:
+                return -1
+            items = self.written
+        for a, b, index in reversed(items):
             if index <= after:
                 break
-            if (w or writes) and a < hi and lo < b:
+            if a < hi and lo < b:
                 return index
         return -1
 
@@ -89,60 +113,83 @@ class _Accesses:
 def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
     """``steps`` as the simulator's scheduler takes them: timed by their definitions, on the
     unit or DMA port they occupy, with a token from each step to the later steps of other queues
-    that must wait for it (see the module docstring)."""
-    accesses: dict[tuple[int, int], _Accesses] = {}  # (mem, queue) -> regions
+    that must wait for it (see the module docstring).  Steps without tokens that issue the same
+    instruction share one record, as the simulator's own preparation shares them."""
+    accesses: list[dict[Mem, _Accesses]] = [{} for _ in range(_NQ)]  # per queue, per memory: its regions
     implied: list[tuple[int, ...]] = []  # per step: per queue, the latest step complete before it starts
     last_of = [-1] * _NQ  # each queue's latest step
+    placed: dict[tuple, tuple] = {}  # (op, fields) -> shape, regions, resource, record without tokens
     shapes: dict[tuple, _Shape] = {}
-    built: list[list] = []
+    out: list[MachineStep] = []
     for index, s in enumerate(steps):
-        key = s.shape_key()
-        shape = shapes.get(key)
-        if shape is None:
-            shape, reusable = _shape(s, target)
-            if reusable:
-                shapes[key] = shape
-        fields = dict(s.fields)
-        regions = tuple(Span(mem, lo, lo + span, w) for mem, lo, span, w in
-                        ((mem, (fields[f] if f else 0) + off, span, w) for mem, f, off, span, w in shape.regions))
+        at = placed.get((s.op, s.fields))
+        if at is None:
+            at = placed[(s.op, s.fields)] = _place(s, target, shapes)
+        shape, regions, _, plain = at
         q = shape.queue
         prev = last_of[q]
-        done = list(implied[prev]) if prev >= 0 else list(_NONE)
-        waits = []
-        for p in _SCAN:
-            if p == q:
+        done = implied[prev] if prev >= 0 else _NONE
+        waits: tuple[int, ...] = ()
+        for p in _SCAN[q]:
+            floor = done[p]
+            if last_of[p] <= floor:  # every step of p so far is complete before this one starts
                 continue
-            dep = -1
+            dep = floor
+            mems = accesses[p]
             for r in regions:
-                acc = accesses.get((r.mem, p))
+                acc = mems.get(r.mem)
                 if acc is not None:
-                    found = acc.latest_conflict(r.addr, r.end, r.writes, max(dep, done[p]))
+                    found = acc.latest_conflict(r.addr, r.end, r.writes, dep)
                     if found > dep:
                         dep = found
-            if dep > done[p]:
-                waits.append((p, dep))
-                for u, k in enumerate(implied[dep]):
-                    if k > done[u]:
-                        done[u] = k
-                done[p] = dep
-        implied.append(tuple(done))
+            if dep > floor:
+                c = _CHANNELS[p][q]
+                waits += (c,)
+                sender = out[dep]
+                out[dep] = _with_tokens(sender, sender.waits, sender.signals + (c,))
+                done = tuple(max(a, b) for a, b in zip(done, implied[dep]))
+                done = done[:p] + (dep,) + done[p + 1:]
+        implied.append(done)
+        mems = accesses[q]
         for r in regions:
-            acc = accesses.get((r.mem, q))
+            acc = mems.get(r.mem)
             if acc is None:
-                acc = accesses[(r.mem, q)] = _Accesses()
+                acc = mems[r.mem] = _Accesses()
             acc.add(r.addr, r.end, r.writes, index)
         last_of[q] = index
-        res = shape.resource if shape.unit != int(Unit.dma) else resource(shape.defn, regions, target)
-        built.append([shape, regions, res, waits, []])
-        for p, dep in waits:
-            built[dep][4].append(_CHANNELS[p][q])
-    out = []
-    for shape, regions, res, waits, signals in built:
-        q = shape.queue
-        out.append(MachineStep(shape.instr, shape.defn, regions, q, shape.unit, res, shape.busy, shape.latency,
-                               tuple(sorted(_CHANNELS[p][q] for p, _ in waits)), tuple(sorted(signals)), (),
-                               shape.defn.may_follow, shape.defn.pipelines_after))
+        out.append(_with_tokens(plain, waits, ()) if waits else plain)
     return out
+
+
+def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape", tuple[Span, ...], int, MachineStep]:
+    """The step's shape (shared by the steps that differ from it only in addresses, in the same
+    memories), its regions at its addresses, the resource it occupies, and its record for the
+    scheduler without tokens."""
+    fields = dict(s.fields)
+    key = s.shape_key()
+    if _DRAM_FIELD in fields:  # a transfer's time depends on the memory its DRAM side is in
+        window = target.window_at(fields[_DRAM_FIELD])
+        key = (key, window.index if window is not None else -1)
+    shape = shapes.get(key)
+    if shape is None:
+        shape, reusable = _shape(s, target)
+        if reusable:
+            shapes[key] = shape
+    spans = []
+    for mem, f, off, span, w in shape.regions:
+        lo = fields[f] + off if f else off
+        spans.append(Span(mem, lo, lo + span, w))
+    regions = tuple(spans)
+    d = shape.defn
+    res = shape.resource if shape.unit != _DMA else resource(d, regions, target)
+    plain = MachineStep(shape.instr, d, regions, shape.queue, shape.unit, res, shape.busy, shape.latency, (), (), (),
+                        d.may_follow, d.pipelines_after)
+    return shape, regions, res, plain
+
+
+def _with_tokens(m: MachineStep, waits: tuple[int, ...], signals: tuple[int, ...]) -> MachineStep:
+    return MachineStep(m.instr, m.defn, m.regions, m.queue, m.unit, m.resource, m.busy, m.latency, waits, signals,
+                       m.actions, m.may_follow, m.pipelines_after)
 
 
 def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
@@ -150,6 +197,11 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
     prepared = machine_steps(steps, target)
     sched = engine.run(prepared, None)
     return [Timed(s.queue, a, b) for s, a, b in zip(prepared, sched.starts, sched.ends)]
+
+
+def walk_cycles(steps: Iterable[Step], target: Any) -> int:
+    """When the last of ``steps`` completes on the timeline (0 for none)."""
+    return max(engine.run(machine_steps(steps, target), None).ends, default=0)
 
 
 @dataclass(frozen=True)
@@ -190,4 +242,4 @@ def _shape(s: Step, target: Any) -> tuple[_Shape, bool]:
 
 def program_cycles(prog: TileProgram, target: Any) -> int:
     """Estimated cycles of ``prog`` on ``target``: when its last step completes."""
-    return max((t.end for t in timeline(prog.steps, target)), default=0)
+    return walk_cycles(prog.steps, target)
