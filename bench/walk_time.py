@@ -1,5 +1,5 @@
-"""CPU time the cost model's timeline walk (``npuc.schedule.vector_cost.timeline``) takes in a
-cold backend compile of zoo models: the compile's CPU seconds, the walk's share, how many walks
+"""CPU time the cost model's timeline walk (``npuc.schedule.vector_cost``: ``timeline`` and
+``walk_cycles``) takes in a cold backend compile of zoo models: the compile's CPU seconds, the walk's share, how many walks
 and steps it ran, and the sha256 of the ``.npub``.  The graphs are imported (not timed) as
 ``bench/compile_hashes.py`` does and can be kept with ``--graphs DIR``.  Prints; asserts nothing.
 
@@ -25,20 +25,25 @@ from npuc.artifact import compile_graph  # noqa: E402
 from npuc.targets import load_target  # noqa: E402
 
 
-class _Timed:
-    """``vector_cost.timeline`` counting its calls, steps and CPU seconds."""
+WALKS = tuple(n for n in ("timeline", "walk_cycles") if hasattr(vector_cost, n))
 
-    def __init__(self, walk) -> None:
-        self.walk, self.calls, self.steps, self.cpu = walk, 0, 0, 0.0
 
-    def __call__(self, steps, target):
-        steps = tuple(steps)
-        start = time.process_time()
-        out = self.walk(steps, target)
-        self.cpu += time.process_time() - start
-        self.calls += 1
-        self.steps += len(steps)
-        return out
+class _Counts:
+    """Calls, steps and CPU seconds of the walks."""
+
+    def __init__(self) -> None:
+        self.calls, self.steps, self.cpu = 0, 0, 0.0
+
+    def timed(self, walk):
+        def run(steps, target):
+            steps = tuple(steps)
+            start = time.process_time()
+            out = walk(steps, target)
+            self.cpu += time.process_time() - start
+            self.calls += 1
+            self.steps += len(steps)
+            return out
+        return run
 
 
 def main() -> None:
@@ -52,20 +57,23 @@ def main() -> None:
     args = ap.parse_args()
     target = load_target(args.target)
     mode = {"false": False, "true": True}.get(args.fuse_layers, args.fuse_layers)
-    walk = vector_cost.timeline
+    walks = {n: getattr(vector_cost, n) for n in WALKS}
     print(f"{'model':<14}{'prec':<6}{'CPU s':>8}{'walk s':>8}{'share':>7}{'walks':>7}{'steps':>10}  sha256")
     for name in args.models.split(","):
         for precision in args.precisions.split(","):
             g = imported(name, precision, args.graphs)
             cold_start()
-            timed = vector_cost.timeline = _Timed(walk)
+            timed = _Counts()
+            for n, walk in walks.items():
+                setattr(vector_cost, n, timed.timed(walk))
             try:
                 start = time.process_time()
                 art = compile_graph(g, target, quantize="int8" if precision == "int8" else None,
                                     fuse_layers=mode, resident=mode)
                 cpu = time.process_time() - start
             finally:
-                vector_cost.timeline = walk
+                for n, walk in walks.items():
+                    setattr(vector_cost, n, walk)
             digest = hashlib.sha256(art.to_bytes()).hexdigest()
             print(f"{name:<14}{precision:<6}{cpu:>8.1f}{timed.cpu:>8.2f}{timed.cpu / cpu:>7.1%}{timed.calls:>7}"
                   f"{timed.steps:>10}  {digest}", flush=True)
