@@ -1,7 +1,8 @@
 """CPU time the cost model's timeline walk (``npuc.schedule.vector_cost``: ``timeline`` and
-``walk_cycles``) takes in a cold backend compile of zoo models: the compile's CPU seconds, the walk's share, how many walks
-and steps it ran, and the sha256 of the ``.npub``.  The graphs are imported (not timed) as
-``bench/compile_hashes.py`` does and can be kept with ``--graphs DIR``.  Prints; asserts nothing.
+``walk_cycles``) takes in a cold backend compile of zoo models: the compile's CPU seconds, the
+walk's share, how many walks and steps it ran, and the sha256 of the ``.npub``.  The graphs are
+imported (not timed) as ``bench/compile_hashes.py`` does and can be kept with ``--graphs DIR``.
+Prints; asserts nothing.
 
     python bench/walk_time.py [--models resnet18,mobilenet_v2] [--precisions fp16,int8]
         [--target npu-mid] [--graphs /tmp/npuc-graphs] [--fuse-layers not-slower]

@@ -357,7 +357,8 @@ class _Walk:
         self.acc_slot = 0
         self.t_load = self.t_comp = self.t_vec = self.t_store = 0  # when each queue is next free
         self.dram = _Port()
-        self.pending: deque[tuple[int, int, int, int]] = deque()  # stores not yet given the port: (ready, busy, latency, slot)
+        # the stores not yet given the port: (ready, busy, latency, output slot)
+        self.pending: deque[tuple[int, int, int, int]] = deque()
         self.port = self.array = self.compute = self.instrs = 0
 
     def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:

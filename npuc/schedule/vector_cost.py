@@ -73,7 +73,8 @@ class _Accesses:
         item = (lo, hi, index)
         items = self.items
         last = items[-1] if items else None
-        if last is not None and last[0] == lo and last[1] == hi and (not writes or (self.written and self.written[-1] is last)):
+        same = last is not None and last[0] == lo and last[1] == hi
+        if same and (not writes or (self.written and self.written[-1] is last)):
             # the same region as the last one (written as it was): the later step stands for both
             items[-1] = item
             if writes:
@@ -94,15 +95,9 @@ class _Accesses:
     def latest_conflict(self, lo: int, hi: int, writes: bool, after: int) -> int:
         """The program index of the latest step later than ``after`` whose region conflicts
         with [lo, hi) (``writes``: this one writes), or -1."""
-        if writes:
-            if hi <= self.lo or self.hi <= lo:
-                return -1
-            items = self.items
-        else:
-            if hi <= self.wlo or self.whi <= lo:
-                return -1
-            items = self.written
-        for a, b, index in reversed(items):
+        if hi <= self.lo or self.hi <= lo if writes else hi <= self.wlo or self.whi <= lo:
+            return -1
+        for a, b, index in reversed(self.items if writes else self.written):
             if index <= after:
                 break
             if a < hi and lo < b:
@@ -136,12 +131,13 @@ def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
                 continue
             dep = floor
             mems = accesses[p]
-            for r in regions:
-                acc = mems.get(r.mem)
-                if acc is not None:
-                    found = acc.latest_conflict(r.addr, r.end, r.writes, dep)
-                    if found > dep:
-                        dep = found
+            for mem, lo, hi, writes in regions:
+                acc = mems.get(mem)
+                if acc is None or (hi <= acc.lo or acc.hi <= lo if writes else hi <= acc.wlo or acc.whi <= lo):
+                    continue  # outside every region of p there (written, for a read)
+                found = acc.latest_conflict(lo, hi, writes, dep)
+                if found > dep:
+                    dep = found
             if dep > floor:
                 c = _CHANNELS[p][q]
                 waits += (c,)
