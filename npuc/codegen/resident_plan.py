@@ -342,13 +342,13 @@ def kept_cycles(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict, kept
     estimate is."""
     from npuc.codegen.kernels.fused_chain import kernel_steps, with_scratchpad
     from npuc.codegen.local_memory import RESIDENT_BASE
-    from npuc.schedule.vector_cost import timeline
+    from npuc.schedule.vector_cost import walk_cycles
 
     t = m.target if spad_bytes == m.target.scratchpad.size_bytes else with_scratchpad(m.target, spad_bytes)
     offs, _ = _synthetic(k, m, buffers)
     offs.update({n: RESIDENT_BASE + a for n, a in kept.items() if n in offs})
     steps = kernel_steps(relocate_kernel(k, offs), t, through_on_chip=True)
-    return max((x.end for x in timeline(steps, t)), default=0)
+    return walk_cycles(steps, t)
 
 
 def _slower_kernels(m: LoweredModel, kernels: list[Kernel], traffic: list[Traffic], base: list[Traffic],

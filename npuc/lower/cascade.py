@@ -214,10 +214,10 @@ def members_together(ks: tuple[Kernel, ...], target, offs: dict[str, int]) -> in
     loads overlap the one before's last work as the tokens allow (the sum of the kernels priced
     alone leaves that overlap out, and a chain that only matches that sum can be slower)."""
     from npuc.codegen.kernels.fused_chain import kernel_steps
-    from npuc.schedule.vector_cost import timeline
+    from npuc.schedule.vector_cost import walk_cycles
 
     steps = [s for k in ks for s in kernel_steps(relocate_kernel(k, offs), target)]
-    return max((t.end for t in timeline(steps, target)), default=0)
+    return walk_cycles(steps, target)
 
 
 def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:

@@ -361,11 +361,11 @@ def program_estimate(steps, target, cycles: int | None = None) -> Estimate:
     the simulator counts."""
     from npuc.isa.actions import Actions, energy_breakdown
     from npuc.isa.instr import build_args, get_def
-    from npuc.schedule.vector_cost import timeline
+    from npuc.schedule.vector_cost import walk_cycles
 
     steps = tuple(steps)
     if cycles is None:
-        cycles = max((t.end for t in timeline(steps, target)), default=0)
+        cycles = walk_cycles(steps, target)
     n = len(target.memories)
     totals: list[int] | None = None
     seen: dict = {}

@@ -8,13 +8,15 @@ cycles), which compute-queue instructions run (weight loads hidden behind the pr
 vector work with its latency, zero borders), and when each output tile is stored.  A small
 four-timeline model (load queue, compute queue for the array, vector queue for zero borders and
 epilogues, store queue, with buffer reuse as the only synchronisation) gives the overlap that
-double buffering buys; the DRAM port is shared by loads and stores: a transfer takes it at the
-first free stretch from when its queue asks.
+double buffering buys; the DRAM port is shared by loads and stores and goes, as the simulator
+gives it (``npuc.runtime.sim.engine``), to the transfer that asks first, a load before a store
+on a tie: a store waits, pending, until the walk meets a load that asks after it (or its output
+buffer is needed again), so that loads of later steps that ask earlier take the port before it.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -362,7 +364,8 @@ class _Walk:
         self.acc_slot = 0
         self.t_load = self.t_comp = self.t_vec = self.t_store = 0  # when each queue is next free
         self.dram = _Port()
-        self.pending: tuple[int, int, int, int] | None = None  # a store not yet given the port
+        # the stores not yet given the port: (ready, busy, latency, output slot)
+        self.pending: deque[tuple[int, int, int, int]] = deque()
         self.port = self.array = self.compute = self.instrs = 0
 
     def _dma(self, loads: tuple[tuple[int, int], ...], slot_free: int) -> int:
@@ -370,8 +373,8 @@ class _Walk:
         ready = 0
         for busy, lat in loads:
             at = max(self.t_load, slot_free)
-            if self.pending is not None and self.pending[0] <= at:
-                self._commit_store()  # asked for the port before this load
+            while self.pending and max(self.t_store, self.pending[0][0]) < at:
+                self._commit_store()  # asked for the port before this load (on a tie the load goes first)
             self.t_load = self.dram.take(at, busy) + busy
             ready = max(ready, self.t_load + lat)
             self.port += busy
@@ -467,7 +470,8 @@ class _Walk:
         self.instrs += 1 + len(self.p.epilogue)
         # the epilogue reads the accumulators once the last product has drained out of the array
         done = self.t_comp + self.costs.drain(s)
-        self._commit_store()
+        while any(slot == self.out_slot for *_, slot in self.pending):  # the output buffer's last store
+            self._commit_store()
         self.t_vec = max(self.t_vec, done, self.out_free[self.out_slot], op_ready) + epi
         self.compute += epi
         for pool, slot in used:
@@ -476,16 +480,16 @@ class _Walk:
         self.acc_slot = (self.acc_slot + 1) % len(self.acc_free)
         busy, lat = costs.store(s)
         # the store gets the port after the loads the walk meets later but that ask before it
-        self.pending = (max(self.t_store, self.t_vec), busy, lat, self.out_slot)
+        self.pending.append((self.t_vec, busy, lat, self.out_slot))
         self.out_slot ^= 1
         self.port += busy
         self.instrs += 1
 
     def _commit_store(self) -> None:
-        if self.pending is None:
-            return
-        at, busy, lat, slot = self.pending
-        self.pending = None
+        """The oldest pending store takes the port, from when its epilogue is done and the store
+        before it has left the port."""
+        ready, busy, lat, slot = self.pending.popleft()
+        at = max(self.t_store, ready)
         self.t_store = self.dram.take(at, busy) + busy
         self.dram.forget_before(min(self.t_load, self.t_store))
         self.out_free[slot] = self.t_store + lat
@@ -499,7 +503,8 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | Non
     w = _Walk(target, p, t, seq, shared)
     for i, s in enumerate(seq):
         w.step(i, s)
-    w._commit_store()
+    while w.pending:
+        w._commit_store()
     lat = target.dma.latency_cycles
     total = max(w.t_comp, w.t_vec, w.t_store + lat, w.port + 2 * lat)
     fp = footprint(p, t)

@@ -2,19 +2,20 @@
 
 A :class:`~npuc.kir.tile_program.TileProgram` lists every step a kernel issues, in program order.
 Each step is timed by its instruction's own definition (``InstrDef.timing``: busy cycles on its
-unit, then latency; the formulas of docs/isa.md) and placed on a four-queue timeline the way the
-machine runs it:
+unit, then latency; the formulas of docs/isa.md) and run on the simulator's own scheduler
+(``npuc.runtime.sim.engine.run``, timing only), so that the queues, units and the DRAM port are
+arbitrated by the one rule the machine follows:
 
 * a step starts after the previous step of its queue (the load and store queues pipeline: the
-  next transfer starts when the previous one has left the DRAM port; the execute queues start
-  when the previous instruction has completed, except where the definition's ``may_follow`` or
+  next transfer starts when the previous one has left its port; the execute queues start when
+  the previous instruction has completed, except where the definition's ``may_follow`` or
   ``pipelines_after`` lets it start beside or right behind it: LOAD_WEIGHTS beside a MATMUL,
   MATMUL behind MATMUL);
 * after every earlier step of another queue that touches the same bytes with one of the two
-  writing (what the emitter's tokens enforce), has completed;
-* when its unit is free: the vector unit in program order; the DRAM port, shared by loads and
-  stores, in the first gap long enough from the moment the step is ready (the simulator grants
-  the port to whichever queue is ready first).
+  writing has completed (what the emitter's tokens enforce: the walk gives each such pair a
+  token, the latest one per queue, leaving out those already implied by earlier ones);
+* when its unit is free; the DRAM port (shared by loads and stores) goes to the transfer that
+  asked for it first, not to the one first in program order.
 
 The estimate is the time the last step completes.  Nothing is counted by hand: a kernel that
 issues fewer or cheaper steps is cheaper because its description says so.
@@ -22,17 +23,28 @@ issues fewer or cheaper steps is cheaper because its description says so.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from npuc.isa.enums import Queue, Unit
-from npuc.isa.instr import build_args, get_def
+from npuc.isa.enums import Mem, Queue, Unit
+from npuc.isa.instr import Instr, build_args, get_def
 from npuc.kir.tile_program import DRAM_ADDRESS_FIELDS, LOCAL_ADDRESS_FIELDS, Step, TileProgram
+from npuc.runtime.sim import engine
+from npuc.runtime.sim.prepare import Step as MachineStep
+from npuc.runtime.sim.prepare import channel, resource
 
 _NQ = len(Queue)
-_EXECUTES = tuple(q.executes for q in Queue)
+# the order in which a step looks for the steps it waits on: the execute queues first, whose
+# own waits usually imply the transfers' (fewer transfer steps scanned)
+_SCAN = tuple(tuple(p for p in (int(Queue.compute), int(Queue.vector), int(Queue.load), int(Queue.store)) if p != q)
+              for q in range(_NQ))
 _DMA = int(Unit.dma)
+(_DRAM_FIELD,) = DRAM_ADDRESS_FIELDS
+_CHANNELS = tuple(tuple(channel(Queue(p), Queue(q)) if p != q else -1 for q in range(_NQ)) for p in range(_NQ))
+_NONE = (-1,) * _NQ
+
+Span = namedtuple("Span", "mem addr end writes")  # a step's region as the scheduler reads it
 
 
 @dataclass(frozen=True)
@@ -44,100 +56,164 @@ class Timed:
     end: int
 
 
-class _Port:
-    """Busy intervals of the DRAM port; a transfer takes the first gap that fits."""
+class _Accesses:
+    """The regions one queue's steps touched in one memory, in program order: all of them, and
+    the written ones apart (a read conflicts only with those), each with the extent of its list
+    (a region outside it conflicts with none)."""
+
+    __slots__ = ("items", "written", "lo", "hi", "wlo", "whi")
 
     def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        self.items: list[tuple[int, int, int]] = []  # (lo, hi, program index)
+        self.written: list[tuple[int, int, int]] = []
+        self.lo = self.wlo = 1 << 62
+        self.hi = self.whi = -1
 
-    def place(self, t: int, busy: int) -> int:
-        i = max(0, bisect_right(self.starts, t) - 1)
-        while i < len(self.starts):
-            if self.ends[i] <= t:
-                i += 1
-                continue
-            if self.starts[i] >= t + busy:
+    def add(self, lo: int, hi: int, writes: bool, index: int) -> None:
+        item = (lo, hi, index)
+        items = self.items
+        last = items[-1] if items else None
+        same = last is not None and last[0] == lo and last[1] == hi
+        if same and (not writes or (self.written and self.written[-1] is last)):
+            # the same region as the last one (written as it was): the later step stands for both
+            items[-1] = item
+            if writes:
+                self.written[-1] = item
+            return
+        items.append(item)
+        if lo < self.lo:
+            self.lo = lo
+        if hi > self.hi:
+            self.hi = hi
+        if writes:
+            self.written.append(item)
+            if lo < self.wlo:
+                self.wlo = lo
+            if hi > self.whi:
+                self.whi = hi
+
+    def latest_conflict(self, lo: int, hi: int, writes: bool, after: int) -> int:
+        """The program index of the latest step later than ``after`` whose region conflicts
+        with [lo, hi) (``writes``: this one writes), or -1."""
+        if hi <= self.lo or self.hi <= lo if writes else hi <= self.wlo or self.whi <= lo:
+            return -1
+        for a, b, index in reversed(self.items if writes else self.written):
+            if index <= after:
                 break
-            t = self.ends[i]
-            i += 1
-        self.starts.insert(i, t)
-        self.ends.insert(i, t + busy)
-        return t
+            if a < hi and lo < b:
+                return index
+        return -1
+
+
+def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
+    """``steps`` as the simulator's scheduler takes them: timed by their definitions, on the
+    unit or DMA port they occupy, with a token from each step to the later steps of other queues
+    that must wait for it (see the module docstring).  Steps without tokens that issue the same
+    instruction share one record, as the simulator's own preparation shares them."""
+    accesses: list[dict[Mem, _Accesses]] = [{} for _ in range(_NQ)]  # per queue, per memory: its regions
+    implied: list[tuple[int, ...]] = []  # per step: per queue, the latest step complete before it starts
+    last_of = [-1] * _NQ  # each queue's latest step
+    placed: dict[tuple, tuple] = {}  # (op, fields) -> shape, regions, resource, record without tokens
+    shapes: dict[tuple, _Shape] = {}
+    out: list[MachineStep] = []
+    for index, s in enumerate(steps):
+        at = placed.get((s.op, s.fields))
+        if at is None:
+            at = placed[(s.op, s.fields)] = _place(s, target, shapes)
+        shape, regions, _, plain = at
+        q = shape.queue
+        prev = last_of[q]
+        done = implied[prev] if prev >= 0 else _NONE
+        waits: tuple[int, ...] = ()
+        for p in _SCAN[q]:
+            floor = done[p]
+            if last_of[p] <= floor:  # every step of p so far is complete before this one starts
+                continue
+            dep = floor
+            mems = accesses[p]
+            for mem, lo, hi, writes in regions:
+                acc = mems.get(mem)
+                if acc is None or (hi <= acc.lo or acc.hi <= lo if writes else hi <= acc.wlo or acc.whi <= lo):
+                    continue  # outside every region of p there (written, for a read)
+                found = acc.latest_conflict(lo, hi, writes, dep)
+                if found > dep:
+                    dep = found
+            if dep > floor:
+                c = _CHANNELS[p][q]
+                waits += (c,)
+                sender = out[dep]
+                out[dep] = _with_tokens(sender, sender.waits, sender.signals + (c,))
+                done = tuple(max(a, b) for a, b in zip(done, implied[dep]))
+                done = done[:p] + (dep,) + done[p + 1:]
+        implied.append(done)
+        mems = accesses[q]
+        for r in regions:
+            acc = mems.get(r.mem)
+            if acc is None:
+                acc = mems[r.mem] = _Accesses()
+            acc.add(r.addr, r.end, r.writes, index)
+        last_of[q] = index
+        out.append(_with_tokens(plain, waits, ()) if waits else plain)
+    return out
+
+
+def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape", tuple[Span, ...], int, MachineStep]:
+    """The step's shape (shared by the steps that differ from it only in addresses, in the same
+    memories), its regions at its addresses, the resource it occupies, and its record for the
+    scheduler without tokens."""
+    fields = dict(s.fields)
+    key = s.shape_key()
+    if _DRAM_FIELD in fields:  # a transfer's time depends on the memory its DRAM side is in
+        window = target.window_at(fields[_DRAM_FIELD])
+        key = (key, window.index if window is not None else -1)
+    shape = shapes.get(key)
+    if shape is None:
+        shape, reusable = _shape(s, target)
+        if reusable:
+            shapes[key] = shape
+    spans = []
+    for mem, f, off, span, w in shape.regions:
+        lo = fields[f] + off if f else off
+        spans.append(Span(mem, lo, lo + span, w))
+    regions = tuple(spans)
+    d = shape.defn
+    res = shape.resource if shape.unit != _DMA else resource(d, regions, target)
+    plain = MachineStep(shape.instr, d, regions, shape.queue, shape.unit, res, shape.busy, shape.latency, (), (), (),
+                        d.may_follow, d.pipelines_after)
+    return shape, regions, res, plain
+
+
+def _with_tokens(m: MachineStep, waits: tuple[int, ...], signals: tuple[int, ...]) -> MachineStep:
+    return MachineStep(m.instr, m.defn, m.regions, m.queue, m.unit, m.resource, m.busy, m.latency, waits, signals,
+                       m.actions, m.may_follow, m.pipelines_after)
 
 
 def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
     """Every step of ``steps`` placed on the four-queue timeline (see the module docstring)."""
-    qfree = [0] * _NQ
-    last: list[tuple[str, int, int, tuple] | None] = [None] * _NQ  # execute queues: (op, start, own end, regions)
-    ufree = [0] * len(Unit)
-    port = _Port()
-    accesses: dict[tuple[int, int], list[tuple[int, int, bool, int]]] = {}  # (mem, queue) -> (lo, hi, writes, end)
-    out: list[Timed] = []
-    shapes: dict[tuple, _Shape] = {}
-    for s in steps:
-        key = s.shape_key()
-        shape = shapes.get(key)
-        if shape is None:
-            shape, reusable = _shape(s, target)
-            if reusable:
-                shapes[key] = shape
-        d, busy, lat = shape.defn, shape.busy, shape.latency
-        fields = dict(s.fields)
-        regions = tuple((mem, lo, lo + span, w) for mem, lo, span, w in
-                        ((mem, (fields[f] if f else 0) + off, span, w) for mem, f, off, span, w in shape.regions))
-        q, unit = int(d.queue), int(d.unit)
-        t = qfree[q]
-        prev = last[q]
-        if prev is not None and prev[0] in d.may_follow and not _conflict(prev[3], regions):
-            t = prev[1]  # starts beside the previous one (the array's second weight buffer)
-        elif prev is not None and prev[0] in d.pipelines_after:
-            t = prev[2]  # streams in as soon as the previous one's own work is done
-        for mem, rlo, rhi, rw in regions:
-            for p in range(_NQ):
-                if p == q:
-                    continue
-                # a queue's steps complete in order: the latest conflicting one is the one to wait
-                # for, and the scan stops at the first step that completes before t
-                for lo, hi, w, end in reversed(accesses.get((mem, p), ())):
-                    if end <= t:
-                        break
-                    if (w or rw) and lo < rhi and rlo < hi:
-                        t = end
-                        break
-        if unit == _DMA:
-            t = port.place(t, busy)
-        elif unit != int(Unit.ctrl):
-            t = max(t, ufree[unit])
-            ufree[unit] = t + busy
-        end = t + busy + lat
-        if _EXECUTES[q]:
-            last[q] = (s.op, t, t + busy, regions)  # started at t, its own work done at t + busy
-            end = max(end, qfree[q])
-            qfree[q] = end
-        else:
-            qfree[q] = t + busy
-        for mem, rlo, rhi, rw in regions:
-            accesses.setdefault((mem, q), []).append((rlo, rhi, rw, end))
-        out.append(Timed(q, t, end))
-    return out
+    prepared = machine_steps(steps, target)
+    sched = engine.run(prepared, None)
+    return [Timed(s.queue, a, b) for s, a, b in zip(prepared, sched.starts, sched.ends)]
 
 
-def _conflict(a, b) -> bool:
-    """True when two region lists touch a common byte with one of them writing."""
-    return any(ma == mb and (wa or wb) and la < hb and lb < ha for ma, la, ha, wa in a for mb, lb, hb, wb in b)
+def walk_cycles(steps: Iterable[Step], target: Any) -> int:
+    """When the last of ``steps`` completes on the timeline (0 for none)."""
+    return max(engine.run(machine_steps(steps, target), None).ends, default=0)
 
 
 @dataclass(frozen=True)
 class _Shape:
     """What a step's definition says apart from its addresses: its timing, and each region as
     (memory, the address field it starts at or None, offset from it (or the absolute address),
-    extent, writes)."""
+    extent, writes); ``instr`` the first such step, for the scheduler, which reads only its op."""
 
     defn: Any
+    instr: Instr
+    queue: int
+    unit: int
+    resource: int  # the unit it occupies (a DMA's port depends on its address: worked out per step)
     busy: int
     latency: int
-    regions: tuple[tuple[int, str | None, int, int, bool], ...]
+    regions: tuple[tuple[Mem, str | None, int, int, bool], ...]
 
 
 def _shape(s: Step, target: Any) -> tuple[_Shape, bool]:
@@ -153,13 +229,13 @@ def _shape(s: Step, target: Any) -> tuple[_Shape, bool]:
     for r in regions:
         at = [k for k, v in addr_fields if v == r.addr]
         if len(at) == 1:
-            out.append((int(r.mem), at[0], 0, r.end - r.addr, r.writes))
+            out.append((r.mem, at[0], 0, r.end - r.addr, r.writes))
         else:  # no single field to follow: this step's own absolute region, not shared
             reusable = False
-            out.append((int(r.mem), None, r.addr, r.end - r.addr, r.writes))
-    return _Shape(d, busy, lat, tuple(out)), reusable
+            out.append((r.mem, None, r.addr, r.end - r.addr, r.writes))
+    return _Shape(d, Instr(s.op, args), int(d.queue), int(d.unit), int(d.unit), busy, lat, tuple(out)), reusable
 
 
 def program_cycles(prog: TileProgram, target: Any) -> int:
     """Estimated cycles of ``prog`` on ``target``: when its last step completes."""
-    return max((t.end for t in timeline(prog.steps, target)), default=0)
+    return walk_cycles(prog.steps, target)

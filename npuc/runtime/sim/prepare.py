@@ -58,6 +58,11 @@ def describe(index: int, ins: Instr, origin: Sequence[int] | None = None) -> str
     return f"instruction {origin[index]} `{ins}` (step {index} of the stream its LOOPs expand to)"
 
 
+def channel(src: Queue, dst: Queue) -> int:
+    """The token channel from queue ``src`` to queue ``dst``."""
+    return _CHANNEL[(src, dst)]
+
+
 def tokens(deps: Deps, q: Queue) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(channels waited on, channels signalled) of an instruction of queue ``q``."""
     waits = tuple(sorted(_CHANNEL[(src, q)] for src in deps.waits))
@@ -116,13 +121,17 @@ def port_resource(port: int) -> int:
     return int(Unit.dma) if port == 0 else len(Unit) + port - 1
 
 
-def _resource(d: InstrDef, regions: tuple[Region, ...], target: Target) -> int:
+def resource(d: InstrDef, regions: tuple[Region, ...], target: Target) -> int:
+    """What an instruction of ``d`` with ``regions`` occupies while busy: its unit, or (a DMA)
+    the port of the memory its DRAM side falls in."""
     if d.unit is not Unit.dma:
         return int(d.unit)
     side = next((r for r in regions if r.mem is Mem.dram), None)
     if side is None:
         return int(Unit.dma)
     w = target.window_at(side.addr, side.end)
+    if w is None:  # not a transfer the checks let run (``transfer_problem``): the first port
+        return int(Unit.dma)
     return port_resource(target.ports.index(w.memory.port))
 
 
@@ -145,7 +154,7 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         regions,
         int(d.queue),
         int(d.unit),
-        _resource(d, regions, target),
+        resource(d, regions, target),
         busy,
         latency,
         *_tokens(ins.deps, d.queue),
