@@ -27,9 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from npuc.errors import CompileError
-from npuc.isa.instr import FieldError, Instr, get_def
-from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, expand, group, loop_instr, loop_problem,
-                             slot_offset, slots, strides)
+from npuc.isa.instr import Deps, FieldError, Instr, get_def
+from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, exceptions, expand, group, loop_instr,
+                             loop_problem, slot_offset, slots, strides)
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -105,13 +105,15 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
         try:
             first, _ = expand(body)
             flags = [(x.op, x.deps) for x in first]
+            excepted = {k for k, _, _ in exceptions(ins)}  # iterations whose flags a flag exception changes
             for k in range(1, n):
                 lo = pos + k * per
-                if [(x.op, x.deps) for x in instrs[lo:lo + per]] != flags:
+                want = flags if k not in excepted else [(x.op, x.deps) for x in expand(_iteration(ins, body, k))[0]]
+                if [(x.op, x.deps) for x in instrs[lo:lo + per]] != want:
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} has other flags")
             period = max((sl[5] for sl in slots(ins)), default=0)
             for k in sorted({0, *range(1, min(n, max(period, 1) + 1)), n - 1}):
-                got = first if k == 0 else expand(_iteration(ins, body, k))[0]
+                got = first if k == 0 and 0 not in excepted else expand(_iteration(ins, body, k))[0]
                 if got != list(instrs[pos + k * per:pos + (k + 1) * per]):
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} differs")
         except FieldError as e:
@@ -122,12 +124,16 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
 
 
 def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
-    """Iteration ``k`` of ``loop``'s ``body``: every strided field moved by its slot's offset."""
+    """Iteration ``k`` of ``loop``'s ``body``: every strided field moved by its slot's offset,
+    and the flags of its flag exceptions for iteration ``k`` in place."""
     adds: dict[int, dict[int, int]] = {}
     for j, f, stride, period, phase in strides(loop):
         d = adds.setdefault(j, {})
         d[f] = d.get(f, 0) + slot_offset(k, stride, period, phase)
     out = list(body)
+    for x, j, bits in exceptions(loop):
+        if x == k:
+            out[j] = Instr(body[j].op, body[j].args, Deps.from_bits(bits, body[j].defn.queue))
     for j, d in adds.items():
         ins = body[j]
         vals = list(ins.args)
@@ -140,7 +146,7 @@ def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
         reason = ins.defn.validate(args)
         if reason:
             raise FieldError(f"iteration {k}: `{ins}`: {reason}")
-        out[j] = Instr(ins.op, args, ins.deps)
+        out[j] = Instr(ins.op, args, out[j].deps)
     return out
 
 
@@ -567,6 +573,17 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
         while u < n:
             lo = start + u * body
             got = run_at(u)
+            edge = None if hopeless or (got is not None and got[0] >= n - u) else edge_run(
+                instrs, labels, lo, body, n - u, mv, u, touched, run_at)
+            if edge is not None:
+                count, encoded, encoded_labs, slots, flag_exceptions = edge
+                flush()
+                out.append(loop_instr(count, len(encoded), slots, flag_exceptions))
+                labs.append(labels[lo])
+                out.extend(encoded)
+                labs.extend(encoded_labs)
+                u += count
+                continue
             # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
             if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
                                        for k in range(1, LOOKAHEAD + 2)):
@@ -594,6 +611,14 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
     flush()
     check_loops(out, instrs, labs)
     return out, labs
+
+
+def edge_run(instrs, labels, lo, body, left, mv, v, touched, run_at):
+    """A nest's run whose first and last iterations differ in their flags (the pipeline's fill
+    and drain), written with flag exceptions (:func:`npuc.codegen.loop_edges.edge_run`)."""
+    from npuc.codegen.loop_edges import edge_run as find
+
+    return find(instrs, labels, lo, body, left, mv, v, touched, run_at)
 
 
 def _touches(touched: Sequence[int], lo: int, hi: int) -> bool:

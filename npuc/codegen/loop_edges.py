@@ -1,0 +1,163 @@
+"""Loop nests whose first and last iterations differ in their dependency flags, as one LOOP.
+
+A software-pipelined nest issues the same instructions every iteration, but the first iteration
+waits for nothing the loop itself produced and the last signals no successor: their flags
+differ from the middle iterations' in a few instructions.  Without help such a nest is written
+as a LOOP over the middle iterations with the first and the last beside it in full (each
+rerolled on its own), which is most of the code of a nest of two to six iterations.  A LOOP's
+*flag exceptions* (:mod:`npuc.isa.loops`: body instruction ``j`` has other flags in iteration
+``k``) say the same in a few bytes: :func:`edge_run` finds such a run among a nest's iterations
+and writes its body with the middle iterations' flags and the edges' flags as exceptions.
+
+The run is found exactly as :func:`npuc.codegen.reroll.roll` finds a nest's runs
+(:func:`~npuc.codegen.reroll._nest_run`, :func:`~npuc.codegen.reroll._known_run`), on a view of
+the instructions whose edge iterations carry the middle flags, so every field still follows the
+same strides; :func:`npuc.codegen.reroll.check_loops` then checks every iteration's flags, the
+exceptions' included, against the emitted instructions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from npuc.isa.instr import Instr
+from npuc.isa.loops import EXCEPTIONS, MAX_BODY, expand
+
+CUT = "\x00"  # joins a label and the flags an instruction takes at the edges, while its body is rerolled
+# What exceptions cost and save, in bytes, to decide whether they pay: a LOOP with exceptions writes
+# its mask up to them (past every slot and phase field), and each exception a field of its own; an
+# iteration left beside the loop costs about this much per encoded instruction (rerolled on its own)
+MASK_BYTES = 15
+EXCEPTION_BYTES = 4
+PEELED_BYTES = 5
+
+
+class _Patched:
+    """A read-only view of a sequence with some items replaced (``patch``: {index: item})."""
+
+    def __init__(self, base: Sequence[Any], patch: dict[int, Any]) -> None:
+        self.base, self.patch = base, patch
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self.base))
+            got = list(self.base[i])
+            if self.patch:
+                for k in range(lo, hi, step):
+                    p = self.patch.get(k)
+                    if p is not None:
+                        got[(k - lo) // step] = p
+            return got
+        p = self.patch.get(i)
+        return self.base[i] if p is None else p
+
+
+def edge_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int, moves, v: int,
+             touched: Sequence[int], run_at: Callable[[int], Any]):
+    """(repetitions, encoded body, its labels, slots, flag exceptions) of the run of a nest's
+    iterations from its iteration ``v`` (at ``lo``, ``left`` of them) whose first iteration, last
+    iteration or both differ from the middle ones in their flags only, when it covers more
+    iterations than the runs :func:`npuc.codegen.reroll.roll` finds without exceptions
+    (``run_at``), or None."""
+    from npuc.codegen.reroll import LOOKAHEAD, _fixed, _touches
+
+    if left < 2 or body > MAX_BODY:
+        return None
+    first, ref = instrs[lo:lo + body], instrs[lo + body:lo + 2 * body]
+    if any(i.op in ("LOOP", "END") for i in first) or any(
+            a.op != b.op or _fixed(a) != _fixed(b) for a, b in zip(first, ref)):
+        return None
+    plain = run_at(v)
+    best = max([plain[0] if plain is not None else 1] +
+               [k + r[0] for k in range(1, LOOKAHEAD + 2) if (r := run_at(v + k)) is not None])
+    at_first = {j: first[j].deps for j in range(body) if first[j].deps != ref[j].deps}
+    if len(at_first) > EXCEPTIONS:
+        return None
+    patch = {lo + j: Instr(first[j].op, first[j].args, ref[j].deps) for j in at_first}
+    got = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
+    if got is None:
+        return None
+    count, model = got
+    edges = {0: at_first} if at_first else {}
+    if count < left:
+        b = lo + count * body
+        last = instrs[b:b + body]
+        at_last = {j: last[j].deps for j in range(body) if last[j].deps != ref[j].deps}
+        if at_last and len(at_first) + len(at_last) <= EXCEPTIONS and all(
+                a.op == r.op for a, r in zip(last, ref)):
+            patch.update({b + j: Instr(last[j].op, last[j].args, ref[j].deps) for j in at_last})
+            longer = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
+            if longer is not None and longer[0] > count:
+                edges[count] = at_last
+                count, model = longer
+    if not edges or count <= best:
+        return None
+    got = _encoded(_Patched(instrs, patch), labels, lo, body, count, model, edges)
+    if got is None:
+        return None
+    saved = (count - best) * len(got[1]) * PEELED_BYTES - MASK_BYTES - EXCEPTION_BYTES * len(got[4])
+    return got if saved > 0 else None
+
+
+def _run(instrs, labels, lo, body, left, moves, v, touched, patch):
+    """The run :func:`npuc.codegen.reroll.roll` would find at ``lo`` with ``patch`` in place."""
+    from npuc.codegen.reroll import _known_run, _nest_run, _touches
+
+    view = _Patched(instrs, patch)
+    if moves is None or _touches(touched, lo, lo + body):
+        return _known_run(view, labels, lo, body, left)
+    return _nest_run(view, lo, body, left, moves, v, touched)
+
+
+def _encoded(view, labels, lo: int, body: int, count: int, model: list, edges: dict[int, dict[int, Any]]):
+    """The run's body rerolled (:func:`npuc.codegen.reroll._encoded_run`), its instructions with
+    other flags at the edges kept apart (their labels carry those flags while it is rerolled),
+    and its exceptions on the encoded body; None when they do not fit."""
+    from npuc.codegen.reroll import _encoded_run
+    from npuc.isa.loops import group
+
+    def key(j: int) -> str:
+        return CUT.join(f"{k}:{edges[k][j].to_bits(view[lo + j].defn.queue)}" for k in sorted(edges) if j in edges[k])
+
+    keyed = {lo + j: labels[lo + j] + CUT + key(j) for j in {j for e in edges.values() for j in e}}
+    got = _encoded_run(view, _Patched(labels, keyed), lo, body, count, model)
+    if got is not None:
+        count, encoded, encoded_labs, slots = got
+        encoded_labs = [lab.split(CUT, 1)[0] for lab in encoded_labs]
+        flag_exceptions = _on_encoded(encoded, edges, body)
+        if flag_exceptions is not None:
+            return count, encoded, encoded_labs, slots, flag_exceptions
+    slots = group(model)  # the body as it is: one encoded instruction per emitted one
+    if slots is None:
+        return None
+    flat = list(view[lo:lo + body])
+    flag_exceptions = _on_encoded(flat, edges, body)
+    if flag_exceptions is None:
+        return None
+    return count, flat, list(labels[lo:lo + body]), slots, flag_exceptions
+
+
+def _on_encoded(encoded: list[Instr], edges: dict[int, dict[int, Any]], body: int):
+    """The flag exceptions (iteration, encoded body offset, flag bits) of ``edges`` ({iteration:
+    {emitted body offset: flags}}) on an encoded body that expands to ``body`` instructions,
+    or None when an encoded instruction stands for emitted ones that the edges treat apart, or
+    there are more than :data:`~npuc.isa.loops.EXCEPTIONS`."""
+    flat, origin = expand(encoded)
+    if len(flat) != body:
+        return None
+    out = []
+    for k in sorted(edges):
+        want: dict[int, set] = {}
+        for p, e in enumerate(origin):
+            want.setdefault(e, set()).add(edges[k].get(p, flat[p].deps))
+        for e in sorted(want):
+            ws = want[e]
+            if len(ws) > 1:
+                return None
+            w = next(iter(ws))
+            if w != encoded[e].deps:
+                out.append((k, e, w.to_bits(encoded[e].defn.queue)))
+    return out if len(out) <= EXCEPTIONS else None
