@@ -30,6 +30,7 @@ CUT = "\x00"  # joins a label and the flags an instruction takes at the edges, w
 MASK_BYTES = 15
 EXCEPTION_BYTES = 4
 PEELED_BYTES = 5
+FLAT_FROM = 2  # a body rerolled to less than 1/FLAT_FROM of its instructions is not written flat for its exceptions
 
 
 class _Patched:
@@ -124,12 +125,15 @@ def _encoded(view, labels, lo: int, body: int, count: int, model: list, edges: d
 
     keyed = {lo + j: labels[lo + j] + CUT + key(j) for j in {j for e in edges.values() for j in e}}
     got = _encoded_run(view, _Patched(labels, keyed), lo, body, count, model)
-    if got is not None:
-        count, encoded, encoded_labs, slots = got
-        encoded_labs = [lab.split(CUT, 1)[0] for lab in encoded_labs]
-        flag_exceptions = _on_encoded(encoded, edges, body)
-        if flag_exceptions is not None:
-            return count, encoded, encoded_labs, slots, flag_exceptions
+    if got is None:
+        return None  # its body repeats within itself in a way the slots do not carry: better rerolled plain
+    count, encoded, encoded_labs, slots = got
+    encoded_labs = [lab.split(CUT, 1)[0] for lab in encoded_labs]
+    flag_exceptions = _on_encoded(encoded, edges, body)
+    if flag_exceptions is not None:
+        return count, encoded, encoded_labs, slots, flag_exceptions
+    if len(encoded) * FLAT_FROM < body:
+        return None  # the body as it is would be many times its rerolled form
     slots = group(model)  # the body as it is: one encoded instruction per emitted one
     if slots is None:
         return None
