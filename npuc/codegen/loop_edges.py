@@ -30,6 +30,7 @@ CUT = "\x00"  # joins a label and the flags an instruction takes at the edges, w
 MASK_BYTES = 15
 EXCEPTION_BYTES = 4
 PEELED_BYTES = 5
+FILL = 3  # first iterations that may differ from the steady state (a pipeline over up to four buffer sets)
 FLAT_FROM = 2  # a body rerolled to less than 1/FLAT_FROM of its instructions is not written flat for its exceptions
 
 
@@ -59,41 +60,27 @@ class _Patched:
 def edge_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int, moves, v: int,
              touched: Sequence[int], run_at: Callable[[int], Any]):
     """(repetitions, encoded body, its labels, slots, flag exceptions) of the run of a nest's
-    iterations from its iteration ``v`` (at ``lo``, ``left`` of them) whose first iteration, last
-    iteration or both differ from the middle ones in their flags only, when it covers more
-    iterations than the runs :func:`npuc.codegen.reroll.roll` finds without exceptions
-    (``run_at``), or None."""
-    from npuc.codegen.reroll import LOOKAHEAD, _fixed, _touches
+    iterations from its iteration ``v`` (at ``lo``, ``left`` of them) whose first iterations (up
+    to :data:`FILL`: a pipeline fills one buffer set after the other), its last iteration, or
+    both differ from the middle ones in their flags only, when it covers more iterations than
+    the runs :func:`npuc.codegen.reroll.roll` finds without exceptions (``run_at``) and saves
+    bytes, or None."""
+    from npuc.codegen.reroll import LOOKAHEAD
 
     if left < 2 or body > MAX_BODY:
         return None
-    first, ref = instrs[lo:lo + body], instrs[lo + body:lo + 2 * body]
-    if any(i.op in ("LOOP", "END") for i in first) or any(
-            a.op != b.op or _fixed(a) != _fixed(b) for a, b in zip(first, ref)):
+    found = None
+    for fill in range(1, min(FILL, left - 1) + 1):  # iterations before the steady one (the pipeline's depth)
+        got = _with_edges(instrs, labels, lo, body, left, moves, v, touched, fill)
+        if got is not None and (found is None or got[0] > found[0]):
+            found = got
+    if found is None:
         return None
+    count, model, edges, patch = found
+    # the most of these iterations one LOOP without exceptions covers (from here, or a little later)
     plain = run_at(v)
     best = max([plain[0] if plain is not None else 1] +
-               [k + r[0] for k in range(1, LOOKAHEAD + 2) if (r := run_at(v + k)) is not None])
-    at_first = {j: first[j].deps for j in range(body) if first[j].deps != ref[j].deps}
-    if len(at_first) > EXCEPTIONS:
-        return None
-    patch = {lo + j: Instr(first[j].op, first[j].args, ref[j].deps) for j in at_first}
-    got = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
-    if got is None:
-        return None
-    count, model = got
-    edges = {0: at_first} if at_first else {}
-    if count < left:
-        b = lo + count * body
-        last = instrs[b:b + body]
-        at_last = {j: last[j].deps for j in range(body) if last[j].deps != ref[j].deps}
-        if at_last and len(at_first) + len(at_last) <= EXCEPTIONS and all(
-                a.op == r.op for a, r in zip(last, ref)):
-            patch.update({b + j: Instr(last[j].op, last[j].args, ref[j].deps) for j in at_last})
-            longer = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
-            if longer is not None and longer[0] > count:
-                edges[count] = at_last
-                count, model = longer
+               [min(r[0], count - k) for k in range(1, LOOKAHEAD + 2) if (r := run_at(v + k)) is not None])
     if not edges or count <= best:
         return None
     got = _encoded(_Patched(instrs, patch), labels, lo, body, count, model, edges)
@@ -103,8 +90,50 @@ def edge_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int,
     return got if saved > 0 else None
 
 
+def _with_edges(instrs, labels, lo, body, left, moves, v, touched, fill: int):
+    """(repetitions, moves, {iteration: {body offset: flags}}, patch) of the run from ``lo`` whose
+    first ``fill`` iterations and last iteration may differ in their flags from iteration
+    ``fill`` (the steady state), or None."""
+    from npuc.codegen.reroll import _fixed
+
+    ref = instrs[lo + fill * body:lo + (fill + 1) * body]
+    if any(i.op in ("LOOP", "END") for i in ref):
+        return None
+    edges: dict[int, dict[int, Any]] = {}
+    patch: dict[int, Instr] = {}
+    for k in range(fill):
+        it = instrs[lo + k * body:lo + (k + 1) * body]
+        if any(a.op != b.op or _fixed(a) != _fixed(b) for a, b in zip(it, ref)):
+            return None
+        diff = {j: it[j].deps for j in range(body) if it[j].deps != ref[j].deps}
+        if diff:
+            edges[k] = diff
+            patch.update({lo + k * body + j: Instr(it[j].op, it[j].args, ref[j].deps) for j in diff})
+    if sum(map(len, edges.values())) > EXCEPTIONS:
+        return None
+    got = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
+    if got is None or got[0] <= fill:
+        return None
+    count, model = got
+    if count < left:
+        b = lo + count * body
+        last = instrs[b:b + body]
+        at_last = {j: last[j].deps for j in range(body) if last[j].deps != ref[j].deps}
+        if at_last and sum(map(len, edges.values())) + len(at_last) <= EXCEPTIONS and all(
+                a.op == r.op for a, r in zip(last, ref)):
+            more = dict(patch)
+            more.update({b + j: Instr(last[j].op, last[j].args, ref[j].deps) for j in at_last})
+            longer = _run(instrs, labels, lo, body, left, moves, v, touched, more)
+            if longer is not None and longer[0] > count:
+                edges[count] = at_last
+                patch = more
+                count, model = longer
+    return count, model, edges, patch
+
+
 def _run(instrs, labels, lo, body, left, moves, v, touched, patch):
-    """The run :func:`npuc.codegen.reroll.roll` would find at ``lo`` with ``patch`` in place."""
+    """The run :func:`npuc.codegen.reroll.roll` would find at ``lo`` with ``patch`` in place
+    (``_nest_run`` with the emitter's moves, ``_known_run`` comparing fields otherwise)."""
     from npuc.codegen.reroll import _known_run, _nest_run, _touches
 
     view = _Patched(instrs, patch)

@@ -714,10 +714,13 @@ def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: 
     None when it is better rerolled as plain instructions."""
     first = instrs[lo:lo + body]
     body_labels = list(labels[lo:lo + body])
-    nested = _nested_body(first, body_labels, moves)
-    if nested is False:  # the body repeats within itself but not in a way the outer slots carry:
-        return None  # rerolling the iterations as plain instructions does better than a flat body
-    if nested is not None:
+    rerolled: list[int] = []
+    nested = _nested_body(first, body_labels, moves, rerolled)
+    if nested is False and body * FLAT_BODY > count * rerolled[0]:
+        # the body repeats within itself but not in a way the outer slots carry: rerolling the
+        # iterations as plain instructions does better than a flat body, unless there are many
+        return None
+    if nested:
         return (count,) + nested
     slots = group(moves)
     if slots is None:
@@ -725,10 +728,15 @@ def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: 
     return count, list(first), body_labels, slots
 
 
-def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int, int]]):
+FLAT_BODY = 2  # a flat body is written when it is under 1/FLAT_BODY of its iterations each rerolled alone
+
+
+def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int, int]],
+                 rerolled: list[int] | None = None):
     """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
     moves still fit (every instruction an encoded one stands for moves alike); None when the
-    body has no repetition of its own, False when it has but the outer moves do not fit."""
+    body has no repetition of its own, False when it has but the outer moves do not fit
+    (``rerolled`` then gets the length of the body rerolled alone)."""
     from npuc.isa.loops import expand
 
     by_flat: dict[int, list] = {}
@@ -740,6 +748,8 @@ def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[in
     if len(inner) >= len(first):
         return None
     inner_labs = [k[0] for k in inner_keys]
+    if rerolled is not None:
+        rerolled.append(len(inner))
     flat, origin = expand(inner)
     if [i.args for i in flat] != [i.args for i in first]:
         return False
