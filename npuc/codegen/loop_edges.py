@@ -30,7 +30,7 @@ CUT = "\x00"  # joins a label and the flags an instruction takes at the edges, w
 MASK_BYTES = 15
 EXCEPTION_BYTES = 4
 PEELED_BYTES = 5
-FILL = 3  # first iterations that may differ from the steady state (a pipeline over up to four buffer sets)
+FILL = 8  # first iterations that may differ from the steady state (a pipeline filling its buffer sets)
 FLAT_FROM = 2  # a body rerolled to less than 1/FLAT_FROM of its instructions is not written flat for its exceptions
 
 
@@ -194,3 +194,60 @@ def _on_encoded(encoded: list[Instr], edges: dict[int, dict[int, Any]], body: in
             if w != encoded[e].deps:
                 out.append((k, e, w.to_bits(encoded[e].defn.queue)))
     return out if len(out) <= EXCEPTIONS else None
+
+
+MAX_FLAG_PERIOD = 4  # iterations over which a nest's flags may repeat (a store waited for every few tiles)
+
+
+def regrouped(instrs: Sequence[Instr], loops: Sequence[tuple[int, int, int]], moves: Sequence[Any]):
+    """The nests ``loops`` (with their emitter's ``moves``), each whose dependency flags repeat
+    only every ``T`` iterations (2 <= T <= :data:`MAX_FLAG_PERIOD`: tokens that one buffer's
+    reuse asks for every few tiles) cut into the iterations before that stretch (a nest with the
+    same moves), the stretch as a nest of ``T``-iteration bodies and what follows (both compared
+    field by field: no moves), so each becomes one LOOP; the others as they are."""
+    out_loops, out_moves = [], []
+    for (start, body, n), mv in zip(loops, moves):
+        cut = _flag_period(instrs, start, body, n)
+        if cut is None:
+            out_loops.append((start, body, n))
+            out_moves.append(mv)
+            continue
+        first, period, reps = cut
+        pieces = [((start, body, first), mv),
+                  ((start + first * body, period * body, reps), None),
+                  ((start + (first + period * reps) * body, body, n - first - period * reps), None)]
+        for (s, b, k), m in pieces:
+            if k > 0:
+                out_loops.append((s, b, k))
+                out_moves.append(m)
+    return out_loops, out_moves
+
+
+def _flag_period(instrs: Sequence[Instr], start: int, body: int, n: int) -> tuple[int, int, int] | None:
+    """(first iteration, period T, repetitions) of the longest stretch of a nest whose iterations'
+    flags repeat every T iterations but not every one, when it covers more than twice the
+    iterations of the nest's longest run of equal flags and at least three periods; or None."""
+    if n < 6:
+        return None
+    keys: dict[tuple, int] = {}
+    sig = [keys.setdefault(tuple(i.deps for i in instrs[start + v * body:start + (v + 1) * body]), len(keys))
+           for v in range(n)]
+    if len(keys) < 2:
+        return None
+    longest = run = 1
+    for a, b in zip(sig, sig[1:]):
+        run = run + 1 if a == b else 1
+        longest = max(longest, run)
+    best = None
+    for period in range(2, MAX_FLAG_PERIOD + 1):
+        if period * body > MAX_BODY:
+            break
+        for first in range(period):
+            reps = 1
+            k = first
+            while k + 2 * period <= n and sig[k:k + period] == sig[k + period:k + 2 * period]:
+                reps, k = reps + 1, k + period
+            # the stretch may start later: slide to where it is longest
+            if reps >= 3 and reps * period > 2 * longest and (best is None or reps * period > best[1] * best[2]):
+                best = (first, period, reps)
+    return best

@@ -551,6 +551,9 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
 
     pos = 0
     nest_moves = list(moves) if moves is not None else [None] * len(loops)
+    from npuc.codegen.loop_edges import regrouped  # nests whose flags repeat every few iterations
+
+    loops, nest_moves = regrouped(instrs, loops, nest_moves)
     touched = sorted(rewritten)
     for (start, body, n), mv in sorted(zip(loops, nest_moves), key=lambda x: x[0]):
         plain.extend(instrs[pos:start])
@@ -611,6 +614,7 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
     flush()
     check_loops(out, instrs, labs)
     return out, labs
+
 
 
 def edge_run(instrs, labels, lo, body, left, mv, v, touched, run_at):
