@@ -196,6 +196,7 @@ def _on_encoded(encoded: list[Instr], edges: dict[int, dict[int, Any]], body: in
     return out if len(out) <= EXCEPTIONS else None
 
 
+LONGER = 2  # how many times the longest run of equal flags a stretch of repeating flags must cover
 MAX_FLAG_PERIOD = 4  # iterations over which a nest's flags may repeat (a store waited for every few tiles)
 
 
@@ -248,6 +249,6 @@ def _flag_period(instrs: Sequence[Instr], start: int, body: int, n: int) -> tupl
             while k + 2 * period <= n and sig[k:k + period] == sig[k + period:k + 2 * period]:
                 reps, k = reps + 1, k + period
             # the stretch may start later: slide to where it is longest
-            if reps >= 3 and reps * period > 2 * longest and (best is None or reps * period > best[1] * best[2]):
+            if reps >= 3 and reps * period > LONGER * longest and (best is None or reps * period > best[1] * best[2]):
                 best = (first, period, reps)
     return best
