@@ -80,3 +80,28 @@ def test_a_short_body_keeps_its_edges_beside_the_loop():
     rolled, _ = roll(program.instrs, labels, em.loops, em.loop_moves)
     assert expand(rolled)[0] == list(program.instrs)
     assert not any(exceptions(i) for i in rolled if i.op == "LOOP")
+
+
+def test_a_nest_whose_flags_repeat_every_few_iterations_rolls_with_a_longer_body():
+    # every fourth iteration's load also waits for the store (as when one buffer's reuse asks
+    # for a token every few tiles): one LOOP over bodies of four iterations
+    import dataclasses
+
+    from npuc.isa.enums import Queue
+    from npuc.isa.instr import Deps
+
+    em = _relu_nest(41)
+    program, labels = em.finish()
+    b = len(OPS) + 2
+    instrs = list(program.instrs)
+    for v in range(1, 41, 4):
+        load = instrs[v * b]
+        instrs[v * b] = dataclasses.replace(load, deps=Deps(load.deps.waits | {Queue.store}, load.deps.signals))
+    rolled, _ = roll(instrs, labels, em.loops, em.loop_moves)
+    check_expansion(rolled, instrs, labels)
+    from npuc.isa.loops import dynamic_count
+
+    at = max((k for k, i in enumerate(rolled) if i.op == "LOOP"), key=lambda k: rolled[k].args.n)
+    loop = rolled[at]
+    assert loop.args.n >= 8 and dynamic_count(rolled[at + 1:at + 1 + loop.args.body]) == 4 * b
+    assert len(rolled) < 8 * b
