@@ -92,7 +92,8 @@ def edge_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int,
 
 def _with_edges(instrs, labels, lo, body, left, moves, v, touched, fill: int):
     """(repetitions, moves, {iteration: {body offset: flags}}, patch) of the run from ``lo`` whose
-    first ``fill`` iterations and last iteration may differ in their flags from iteration
+    first ``fill`` iterations, and any later ones while :data:`~npuc.isa.loops.EXCEPTIONS` last
+    (the last iteration, a token every so often), may differ in their flags from iteration
     ``fill`` (the steady state), or None."""
     from npuc.codegen.reroll import _fixed
 
@@ -111,23 +112,23 @@ def _with_edges(instrs, labels, lo, body, left, moves, v, touched, fill: int):
             patch.update({lo + k * body + j: Instr(it[j].op, it[j].args, ref[j].deps) for j in diff})
     if sum(map(len, edges.values())) > EXCEPTIONS:
         return None
+    # later iterations whose flags differ (the last one's, a token every so often), while exceptions are left
+    used = sum(map(len, edges.values()))
+    for k in range(fill + 1, left):
+        it = instrs[lo + k * body:lo + (k + 1) * body]
+        diff = {j: it[j].deps for j in range(body) if it[j].deps != ref[j].deps}
+        if not diff:
+            continue
+        if used + len(diff) > EXCEPTIONS or any(a.op != b.op for a, b in zip(it, ref)):
+            break
+        edges[k] = diff
+        used += len(diff)
+        patch.update({lo + k * body + j: Instr(it[j].op, it[j].args, ref[j].deps) for j in diff})
     got = _run(instrs, labels, lo, body, left, moves, v, touched, patch)
     if got is None or got[0] <= fill:
         return None
     count, model = got
-    if count < left:
-        b = lo + count * body
-        last = instrs[b:b + body]
-        at_last = {j: last[j].deps for j in range(body) if last[j].deps != ref[j].deps}
-        if at_last and sum(map(len, edges.values())) + len(at_last) <= EXCEPTIONS and all(
-                a.op == r.op for a, r in zip(last, ref)):
-            more = dict(patch)
-            more.update({b + j: Instr(last[j].op, last[j].args, ref[j].deps) for j in at_last})
-            longer = _run(instrs, labels, lo, body, left, moves, v, touched, more)
-            if longer is not None and longer[0] > count:
-                edges[count] = at_last
-                patch = more
-                count, model = longer
+    edges = {k: e for k, e in edges.items() if k < count}
     return count, model, edges, patch
 
 
