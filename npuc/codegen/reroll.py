@@ -501,6 +501,16 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
     return out, out_labels
 
 
+# A nest whose body rerolls (to ``r`` instructions) only in a way the outer slots cannot carry is
+# written with a flat body when its ``n`` iterations would take more than this many times the body
+# rerolled as plain instructions (``n * r``): measured on the zoo on npu-mid, a flat body saves code
+# from a ratio of about 5 (MobileNetV2 fp16's 14x14 convs, 7 of 84 rerolled to 69: 7.8 KB; the
+# 56x56x64 3x3 conv, 52 of 294 to 60: 3,432 instructions rolled to 581) and costs code up to 2.3
+# (ResNet-50 int8's layer4.0.downsample, 28 of 522 to 43: 1.9 KB), where runs span the iterations.
+# 2, not 3: with the tile programs' nests (rotations entered part way) MobileNetV2 int8's depthwise
+# tiles reach ratios of 2 to 3 whose flat bodies save 1.5 KB in all (74,593 -> 73,141 B of code on
+# npu-mid: under 2% of its constants), for ResNet-50 int8's 1.9 KB at 0.8% of its constants.
+FLAT_BODY_GAIN = 2
 NEST_FROM = 4  # body instructions from which a found run's body is rerolled on its own
 
 
@@ -511,7 +521,7 @@ def _nested_run(body: list[Instr], labels: list[str], count: int, slots: tuple[S
     if len(body) < NEST_FROM or any(i.op == "LOOP" for i in body):
         return None
     nested = _nested_body(body, labels, [(j + m * d, f, s, p, h) for j, d, r, f, s, p, h in slots if s for m in range(r)])
-    return nested or None
+    return nested if isinstance(nested, tuple) else None
 
 
 # ------------------------------------------------------------------------------ known loops
@@ -616,10 +626,9 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
     return out, labs
 
 
-
 def edge_run(instrs, labels, lo, body, left, mv, v, touched, run_at):
-    """A nest's run whose first and last iterations differ in their flags (the pipeline's fill
-    and drain), written with flag exceptions (:func:`npuc.codegen.loop_edges.edge_run`)."""
+    """A nest's run whose first iterations, last iteration or a few others differ in their flags
+    (the pipeline's fill and drain), written with flag exceptions (:func:`npuc.codegen.loop_edges.edge_run`)."""
     from npuc.codegen.loop_edges import edge_run as find
 
     return find(instrs, labels, lo, body, left, mv, v, touched, run_at)
@@ -718,29 +727,27 @@ def _encoded_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: 
     None when it is better rerolled as plain instructions."""
     first = instrs[lo:lo + body]
     body_labels = list(labels[lo:lo + body])
-    rerolled: list[int] = []
-    nested = _nested_body(first, body_labels, moves, rerolled)
-    if nested is False and body * FLAT_BODY > count * rerolled[0]:
-        # the body repeats within itself but not in a way the outer slots carry: rerolling the
-        # iterations as plain instructions does better than a flat body, unless there are many
-        return None
-    if nested:
+    nested = _nested_body(first, body_labels, moves)
+    if isinstance(nested, tuple):
         return (count,) + nested
+    if isinstance(nested, int) and count * nested <= FLAT_BODY_GAIN * len(first):
+        # the body repeats within itself, but its rerolled instructions would move in more ways
+        # than the outer slots carry: rerolled as plain instructions instead, each iteration takes
+        # at most about as many as the body rerolled alone (``nested``; fewer where runs span
+        # iterations), so a flat body under one LOOP wins only when the iterations are many
+        # (see FLAT_BODY_GAIN)
+        return None
     slots = group(moves)
     if slots is None:
         return None
     return count, list(first), body_labels, slots
 
 
-FLAT_BODY = 2  # a flat body is written when it is under 1/FLAT_BODY of its iterations each rerolled alone
-
-
-def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int, int]],
-                 rerolled: list[int] | None = None):
+def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[int, int, int, int, int]]):
     """(encoded body, labels, slots) with the body's own repetitions rerolled, when the outer
     moves still fit (every instruction an encoded one stands for moves alike); None when the
-    body has no repetition of its own, False when it has but the outer moves do not fit
-    (``rerolled`` then gets the length of the body rerolled alone)."""
+    body has no repetition of its own; the length of the rerolled body when it has some but the outer
+    moves do not fit it."""
     from npuc.isa.loops import expand
 
     by_flat: dict[int, list] = {}
@@ -752,18 +759,16 @@ def _nested_body(first: Sequence[Instr], labels: list[str], moves: list[tuple[in
     if len(inner) >= len(first):
         return None
     inner_labs = [k[0] for k in inner_keys]
-    if rerolled is not None:
-        rerolled.append(len(inner))
     flat, origin = expand(inner)
     if [i.args for i in flat] != [i.args for i in first]:
-        return False
+        return len(inner)
     per: dict[int, set] = {}
     for j, e in enumerate(origin):
         per.setdefault(e, set()).add(tuple(sorted(by_flat.get(j, ()))))
     if any(len(v) > 1 for v in per.values()):
-        return False
+        return len(inner)
     encoded_moves = [(e, *move) for e, v in per.items() for move in next(iter(v))]
     slots = group(encoded_moves)
     if slots is None:
-        return False
+        return len(inner)
     return inner, inner_labs, slots
