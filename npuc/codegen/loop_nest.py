@@ -270,7 +270,10 @@ def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Valu
     for period in range(1, MAX_UNIT + 1):
         count, model = _run(cs, shapes, c, period, values, phases)
         if count >= 2:
-            saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * _slot_count(model)
+            covered = sum(len(x) for x in cs[c + period:c + count * period])
+            if covered - MOVE_COST * bool(model) <= best[0]:
+                continue  # it cannot beat the run found, however few slots it takes
+            saved = covered - MOVE_COST * _slot_count(model)
             if saved > best[0]:
                 best = (saved, period, count, model)
     return best
