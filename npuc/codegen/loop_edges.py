@@ -13,7 +13,11 @@ The run is found exactly as :func:`npuc.codegen.reroll.roll` finds a nest's runs
 (:func:`~npuc.codegen.reroll._nest_run`, :func:`~npuc.codegen.reroll._known_run`), on a view of
 the instructions whose edge iterations carry the middle flags, so every field still follows the
 same strides; :func:`npuc.codegen.reroll.check_loops` then checks every iteration's flags, the
-exceptions' included, against the emitted instructions.
+exceptions' included, against the emitted instructions.  Besides the edges, a few later
+iterations may take exceptions too (a token every so often) while the LOOP's twelve last.
+
+A nest whose flags repeat only every two to four iterations (:func:`regrouped`) is cut into the
+stretch that repeats, a nest of bodies of that many iterations, and what precedes and follows.
 """
 
 from __future__ import annotations
