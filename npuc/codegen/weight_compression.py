@@ -7,12 +7,16 @@ and no CPU segment binds it.  Each distinct block such a load reads (its DRAM re
 shape, strides) becomes one stream (npuc.isa.weight_codec) of the bytes in the order the load
 writes them; the streams are packed, in order of first use, into the constant's own bytes of the
 blob, which they replace (the rest of its bytes become zero), so the memory plan does not move.
-Blocks are taken largest first; each becomes a run of the constant's new contents, in the order
+Consecutive loads of one program that read a block's planes one after another (a block loaded
+in pieces over the steps before its use: npuc.schedule.transfers.weight_plan) make one block
+together.  Blocks are taken largest first; each becomes a run of the constant's new contents, in the order
 its load writes the bytes: a stream of the codec when that saves at least one burst, else the raw
 bytes, contiguous, which a plain DMA_LOAD then reads (so incompressible weights still stop paying
 a burst for every short strided run).  A load whose bytes are a block-aligned part of a run
-already made (a plane of a tile that is also loaded plane by plane) reads that part of it (every
-block of a stream decodes on its own).  The constant is rewritten only when its runs fit in its
+already made (a plane of a tile that is also loaded plane by plane, a piece of a block loaded in
+pieces) reads that part of it (every block of a stream decodes on its own).  The constant's runs
+are made with the pieces' blocks and without them, and the layout whose loads move fewer bursts
+is kept.  The constant is rewritten only when its runs fit in its
 bytes and its loads then move fewer bytes, in whole bursts of the memory it lives in, than they
 did raw; otherwise it stays as it was.  (A constant rewritten with raw runs only is reordered,
 not compressed: the record leaves it out.)
@@ -25,11 +29,13 @@ per-layer lower bounds read the stored sizes from it.
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 
 from npuc.isa.enums import Mem, Space
 from npuc.isa.instr import Instr
+from npuc.isa.region import Region
 from npuc.isa.weight_codec import BLOCK, encode_blocks, worth_compressing
 from npuc.kir.program import CONSTANT, CpuSegment
 from npuc.runtime.npub_model import CompressedConstant, WeightStream, WeightStreams
@@ -85,7 +91,9 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
     for e in sorted(users):
         if e in refused:
             continue
-        placed = _compress_constant(programs, users[e], entries[e], view, base, target)
+        tries = [_compress_constant(programs, users[e], entries[e], view, base, target, grouped)
+                 for grouped in (True, False)]
+        placed = min((x for x in tries if x is not None), key=lambda x: (x.moved, x.stored), default=None)
         if placed is None:
             continue
         off, size = entries[e]
@@ -112,6 +120,7 @@ class _Placed:
         self.streams: list[tuple[int, list[bytes] | None, bytes]] = []
         self.loads: dict[tuple[int, int], tuple[int, int, bool]] = {}
         self.stored = 0
+        self.moved = 0  # bytes its loads move, in whole bursts
 
 
 def _addresses(r) -> np.ndarray:
@@ -120,18 +129,22 @@ def _addresses(r) -> np.ndarray:
     return (r.addr + idx[0][:, None, None] + idx[1][None, :, None] + idx[2][None, None, :]).ravel()
 
 
-def _compress_constant(programs, users, entry, view, base, target) -> _Placed | None:
+def _compress_constant(programs, users, entry, view, base, target, grouped: bool = True) -> _Placed | None:
     """The new contents of one constant and where each of its loads reads, or None when they do
     not fit in its bytes or move no fewer whole bursts than the raw loads.
 
     Each distinct block its loads read, largest first, becomes a run in load order: a stream of
     the codec when that saves at least a burst, else the raw bytes (contiguous, so a plain
-    DMA_LOAD reads it in whole bursts).  A load whose bytes are a block-aligned part of a run
-    already made (a plane of a tile loaded plane by plane) reads that part of it."""
+    DMA_LOAD reads it in whole bursts).  ``grouped``: the blocks that consecutive loads read
+    together (:func:`_grouped_blocks`) count as blocks too.  A load whose bytes are a
+    block-aligned part of a run already made (a plane of a tile loaded plane by plane, a piece
+    of a block loaded in pieces) reads that part of it."""
     off, size = entry
     burst = target.window_at(off).memory.burst_bytes
     regions = {ref: _dram_region(programs[ref[0]][ref[1]]) for ref in users}
     keys: dict[tuple, object] = {}
+    for key, region in _grouped_blocks(programs, users, regions) if grouped else ():
+        keys.setdefault(key, region)
     for ref in users:
         keys.setdefault(_block_key(programs[ref[0]][ref[1]]), regions[ref])
     order = sorted(keys, key=lambda k: -keys[k].count)
@@ -177,7 +190,41 @@ def _compress_constant(programs, users, entry, view, base, target) -> _Placed | 
         placed.loads[ref] = (start, nbytes, runs[ri][1] is not None)
         raw_moved += regions[ref].burst_bytes(burst)
         new_moved += -(-nbytes // burst) * burst
+    placed.moved = new_moved
     return placed if new_moved < raw_moved else None
+
+
+def _grouped_blocks(programs, users, regions) -> list[tuple[tuple, Region]]:
+    """The blocks that runs of consecutive loads of one constant make together: loads of one
+    program, one after another among the constant's loads, each reading the planes (outermost
+    dimension) that follow the last one's, with the same rows (a block loaded a plane or a few
+    at a time, spread over the steps before its use).  Each group of two or more loads whose
+    parts, but the last, are whole codec blocks is one block (key, region), so its bytes become
+    one run: one stream, of which each load reads its part."""
+    out: list[tuple[tuple, Region]] = []
+    group: list[tuple[int, int]] = []
+
+    def close() -> None:
+        if len(group) > 1:
+            first = programs[group[0][0]][group[0][1]].args
+            n2 = sum(programs[pi][ii].args.n2 for pi, ii in group)
+            key = (first.dram_addr, n2) + _block_key(programs[group[0][0]][group[0][1]])[2:]
+            r = regions[group[0]]
+            out.append((key, replace(r, shape=(n2,) + r.shape[1:], strides=(first.dram_s2,) + r.strides[1:])))
+
+    for ref in users:
+        a = programs[ref[0]][ref[1]].args
+        if group:
+            p = programs[group[-1][0]][group[-1][1]].args
+            follows = (ref[0] == group[-1][0]
+                       and _block_key(programs[ref[0]][ref[1]])[2:] == _block_key(programs[group[-1][0]][group[-1][1]])[2:]
+                       and a.dram_addr == p.dram_addr + p.n2 * p.dram_s2 and regions[group[-1]].count % BLOCK == 0)
+            if not follows:
+                close()
+                group = []
+        group.append(ref)
+    close()
+    return out
 
 
 def _contiguous_load(ins: Instr, addr: int) -> Instr:

@@ -24,7 +24,7 @@ from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
 from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
-from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_loads, weight_loads, weight_plan, WeightLoad
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -268,7 +268,7 @@ class _Costs:
         fill = sum(sum(self.table.time(op, f)) for op, f in fills)
         return (fill, len(fills), self.dmas(loads), rows, after)
 
-    def weights(self, s: Step, planes: bool = False) -> tuple[tuple[int, int], ...]:
+    def weights(self, s: Step, planes: bool | tuple[int, int] = False) -> tuple[tuple[int, int], ...]:
         key = ("w", self.t.weight_cols(self.p), s.tc, planes)
         hit = self.memo.get(key)
         if hit is None:
@@ -277,9 +277,12 @@ class _Costs:
             hit = self.memo[key] = self._pure(pure, lambda: self._weights(s, planes))
         return hit
 
-    def _weights(self, s: Step, planes: bool) -> tuple[tuple[int, int], ...]:
+    def _weights(self, s: Step, planes: bool | tuple[int, int]) -> tuple[tuple[int, int], ...]:
         loads = weight_loads(self.p, self.t, s)
-        loads = by_planes(loads) if planes else loads
+        if planes is True:
+            loads = by_planes(loads)
+        elif planes:
+            loads = plane_range(loads, *planes)
         if self.target.weight_decoder is not None:
             loads = as_streams(loads)
         return self.dmas(loads)
@@ -340,10 +343,14 @@ class _Costs:
 class _Walk:
     """The three-timeline walk of one tiling's loop nest (see the module docstring)."""
 
-    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> None:
-        self.p, self.t = p, t
+    def __init__(self, target: Target, p: ArrayProblem, t: ArrayTiling, seq: list[Step],
+                 shared: dict | None = None) -> None:
+        self.p, self.t, self.seq = p, t, seq
         self.costs = _Costs(target, p, t, shared)
-        self.xp, self.wp = _Pool(t.x_slots), _Pool(t.w_slots)
+        self.xp = _Pool(t.x_slots)
+        self.plan = weight_plan(p, t, seq)  # the weight buffers and loads, as the code generator's
+        self.w_free = [0] * t.w_slots  # when the compute last reading each weight buffer ends
+        self.w_ready = [0] * t.w_slots  # when each weight buffer's block has arrived
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
         self.qp = _Pool(2)
         self.x_state: dict[int, BandState] = {}
@@ -371,11 +378,37 @@ class _Walk:
         self.instrs += len(loads)
         return ready
 
-    def step(self, s: Step) -> None:
-        p, costs = self.p, self.costs
-        ready = fill = 0
-        x_slot, hit = self.xp.get(s.x_key(p))
-        fill, nfill, loads, (lo, hi), self.x_state[x_slot] = costs.input(s, self.x_state.get(x_slot), hit)
+    def _weights(self, i: int, early: bool) -> tuple[int, int] | None:
+        """Issue the weight loads the plan puts at step ``i``, the ``early`` ones (before its
+        input loads) or the rest; (first plane's arrival, last's) when step ``i``'s own block is
+        the kernel's first, loaded by planes."""
+        own = None
+        for load in self.plan.loads[i]:
+            if load.early != early:
+                continue
+            b = self.plan.slot[load.step]
+            if not self.w_loaded:
+                pieces = self.costs.weights(self.seq[load.step], planes=True)
+                first = self._dma(pieces[:1], self.w_free[b])
+                self.w_ready[b] = max(first, self._dma(pieces[1:], self.w_free[b]))
+                self.w_loaded = True
+                if load.step == i:
+                    own = (first, self.w_ready[b])
+            else:
+                self.w_ready[b] = max(self.w_ready[b] if load.planes and load.planes[0] else 0,
+                                      self._dma(self._pieces(load), self.w_free[b]))
+        return own
+
+    def _pieces(self, load: WeightLoad) -> tuple[tuple[int, int], ...]:
+        """The (busy, latency) of each transfer of ``load`` (its share of the block's planes)."""
+        return self.costs.weights(self.seq[load.step], planes=load.planes or False)
+
+    def _input(self, s: Step) -> tuple[int, int, int]:
+        """The input loads and border fill of step ``s``: (its buffer, when they are done, the
+        fill's vector cycles)."""
+        ready = 0
+        x_slot, hit = self.xp.get(s.x_key(self.p))
+        fill, nfill, loads, (lo, hi), self.x_state[x_slot] = self.costs.input(s, self.x_state.get(x_slot), hit)
         reads = self.x_reads.setdefault(x_slot, {})
         free = max((reads.get(r, 0) for r in range(lo, hi)), default=0)  # the rows' last readers
         if loads:
@@ -384,15 +417,19 @@ class _Walk:
             self.instrs += nfill
             self.t_vec = max(self.t_vec, free) + fill
             ready = max(ready, self.t_vec)
-        w_slot, hit = self.wp.get(s.w_key(p, self.t))
-        w_last = tail = 0
-        if not hit and not self.w_loaded:  # the first block by planes: the array starts on the first
-            pieces = costs.weights(s, planes=True)
-            ready = max(ready, self._dma(pieces[:1], self.wp.free_at[w_slot]))
-            w_last = self._dma(pieces[1:], self.wp.free_at[w_slot])
-            self.w_loaded = True
-        elif not hit:
-            ready = max(ready, self._dma(costs.weights(s), self.wp.free_at[w_slot]))
+        return x_slot, ready, fill
+
+    def step(self, i: int, s: Step) -> None:
+        p, costs = self.p, self.costs
+        self._weights(i, early=True)
+        x_slot, ready, fill = self._input(s)
+        reads = self.x_reads[x_slot]
+        w_slot, w_last, tail = self.plan.slot[i], 0, 0
+        own = self._weights(i, early=False)
+        if own is not None:  # the first block, by planes: the array starts on the first
+            ready, w_last = max(ready, own[0]), own[1]
+        else:
+            ready = max(ready, self.w_ready[w_slot])
         mm, count = costs.compute(s)
         if w_last:  # the chunks of the last plane run after it arrives
             tail = w_last + mm // max(1, len(costs.weights(s, planes=True)))
@@ -402,7 +439,7 @@ class _Walk:
         if s.first:  # a new output tile: its accumulator tile must be free of the last epilogue
             ready = max(ready, self.acc_free[self.acc_slot])
         self.t_comp = max(self.t_comp + mm, ready + mm, tail)
-        self.xp.free_at[x_slot] = self.wp.free_at[w_slot] = self.t_comp
+        self.xp.free_at[x_slot] = self.w_free[w_slot] = self.t_comp
         r0, r1 = s.x_rows(p)
         for r in range(r0, r1):
             reads[r] = self.t_comp
@@ -458,9 +495,10 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | Non
     """Walk the loop nest of ``t`` and estimate its cycles on ``target``: the last of the
     compute queue, the store queue, and the DRAM port's total busy time (plus latencies).
     ``shared``: the problem's memo across tilings (see ``_Costs``)."""
-    w = _Walk(target, p, t, shared)
-    for s in steps(p, t):
-        w.step(s)
+    seq = list(steps(p, t))
+    w = _Walk(target, p, t, seq, shared)
+    for i, s in enumerate(seq):
+        w.step(i, s)
     w._commit_store()
     lat = target.dma.latency_cycles
     total = max(w.t_comp, w.t_vec, w.t_store + lat, w.port + 2 * lat)

@@ -8,7 +8,7 @@ buffer* the data goes to (the emitter adds the buffer's base); DRAM addresses ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from npuc.isa.instr import field_max
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows
@@ -246,6 +246,121 @@ def by_planes(loads: list[Instr]) -> list[Instr]:
             plane["local_addr"] = f["local_addr"] + i * l2
             out.append((op, plane))
     return out
+
+
+def plane_range(loads: list[Instr], lo: int, hi: int) -> list[Instr]:
+    """The planes [lo, hi) of :func:`by_planes` of ``loads``, the planes of one load as one
+    transfer (a spread piece of a block: one DMA, so that a weight stream's piece moves whole
+    bursts once, not once a plane)."""
+    out: list[Instr] = []
+    at = 0
+    for op, f in loads:
+        n2 = f.get("n2", 1)
+        a, b = max(lo, at), min(hi, at + n2)
+        if a < b:
+            s2 = f.get("dram_s2", f.get("n1", 1) * f.get("dram_s1", f["n0"] * f.get("dram_s0", f["esize"])))
+            l2 = f.get("local_s2", f.get("n1", 1) * f.get("local_s1", f["n0"] * f["esize"]))
+            part = dict(f, n2=b - a, dram_addr=f["dram_addr"] + (a - at) * s2, local_addr=f["local_addr"] + (a - at) * l2)
+            if b - a == 1:  # a single plane, as by_planes gives it
+                part = {k: v for k, v in part.items() if k not in ("n2", "dram_s2", "local_s2")}
+            out.append((op, part))
+        at += n2
+    return out
+
+
+class WeightLoad(NamedTuple):
+    """Weight loads issued at one step: the block of step ``step``, whole (``planes`` None: as
+    :func:`weight_loads` gives it) or its planes [lo, hi) of ``of`` (:func:`plane_range`);
+    ``early``: at the start of the step, before its input loads (a load issued ahead of its
+    block's step), else after them."""
+
+    step: int
+    planes: tuple[int, int] | None = None
+    of: int = 1
+    early: bool = False
+
+
+@dataclass(frozen=True)
+class WeightPlan:
+    """Which weight buffer each step of a loop nest reads (``slot``) and which loads each step
+    issues (``loads``: before its input loads the ``early`` ones, after them the rest), in the
+    order their blocks are used."""
+
+    slot: tuple[int, ...]
+    loads: tuple[tuple[WeightLoad, ...], ...]
+
+    def instrs(self, p: ArrayProblem, t: ArrayTiling, seq: list[Step], load: WeightLoad, first: bool) -> list[Instr]:
+        """The DMA_LOADs of ``load`` (``first``: the kernel's first block, by planes)."""
+        whole = weight_loads(p, t, seq[load.step])
+        if load.planes is None:
+            return by_planes(whole) if first else whole
+        return plane_range(whole, *load.planes)
+
+
+def weight_plan(p: ArrayProblem, t: ArrayTiling, seq: list[Step]) -> WeightPlan:
+    """The weight buffers of the loop nest ``seq`` (the steps of ``t``) and when each block is
+    loaded.  A block missing from the buffers replaces the one read again latest (or never).
+    Its load is issued at the step that needs it when the buffer it replaces is read by the
+    step before; otherwise it is spread, a plane at a time, over the steps before it (one plane
+    a step, from the step after the last read of the buffer and after the last plane of the
+    load before: loads keep the order of their use): the next channel block's weights then
+    arrive during the compute of this one.  A load of one queue completes in order, so one
+    whole block issued ahead would hold every input load behind it for its transfer (on a
+    target whose weights stream from flash at a byte a cycle, several thousand cycles); a plane
+    beside a step's input loads, on another memory's port, delays none of them.  A piece is
+    issued at the start of the step after the one it follows (``WeightLoad.early``), and the
+    planes of one piece are one transfer (:func:`plane_range`)."""
+    keys = [s.w_key(p, t) for s in seq]
+    nxt = [len(keys)] * len(keys)  # the next step that reads the same block (len(keys): none)
+    seen: dict[tuple, int] = {}
+    for i in range(len(keys) - 1, -1, -1):
+        nxt[i] = seen.get(keys[i], len(keys))
+        seen[keys[i]] = i
+    held: dict[tuple, int] = {}  # block -> buffer
+    next_use: dict[tuple, int] = {}
+    last_read = [-1] * t.w_slots  # the last step that read each buffer
+    slot = [0] * len(keys)
+    loads: list[list[WeightLoad]] = [[] for _ in keys]
+    issued = 0  # the step of the last load's last plane: loads keep the order of their use
+    fill_end = next((i for i, s in enumerate(seq) if i and s.first), len(seq))  # the second tile's first step
+    for i, k in enumerate(keys):
+        if k not in held:
+            if len(held) < t.w_slots:
+                b = len(held)
+            else:
+                victim = max(held, key=lambda x: next_use[x])
+                b = held.pop(victim)
+                del next_use[victim]
+            # the first output tile's blocks at their own steps (the pipeline's fill: the first
+            # block by planes, each next one behind it as the array reaches it)
+            free = i if i < fill_end else max(last_read[b] + 1, issued)
+            issued = _schedule(p, t, seq, loads, i, free)
+            held[k] = b
+        slot[i] = held[k]
+        next_use[k] = nxt[i]
+        last_read[slot[i]] = i
+    return WeightPlan(tuple(slot), tuple(tuple(x) for x in loads))
+
+
+def _schedule(p: ArrayProblem, t: ArrayTiling, seq: list[Step], loads: list[list[WeightLoad]], i: int, free: int) -> int:
+    """Put the load of step ``i``'s block, which may be issued from step ``free`` on, in
+    ``loads``; the step of its last plane."""
+    if free >= i:
+        loads[i].append(WeightLoad(i))
+        return i
+    n = len(by_planes(weight_loads(p, t, seq[i])))
+    w = min(n, i - free)
+    # the planes spread over the last ``w`` steps before step ``i``, each piece after a step's
+    # input loads: issued at the start of the step after (``early``, before its input loads:
+    # the same order on the DMA queue, but for a tile's epilogue operand and record loads, which
+    # now go first), so that a piece issued at the end of an output tile travels with the next
+    # tile's iteration, and the last channel block's iterations look like the others'
+    if w == 1:  # the step before: whole
+        loads[i].append(WeightLoad(i, early=True))
+        return i - 1
+    for k in range(w):
+        loads[i - w + k + 1].append(WeightLoad(i, (k * n // w, (k + 1) * n // w), n, early=True))
+    return i - 1
 
 
 def output_store(p: ArrayProblem, s: Step) -> Instr:

@@ -142,3 +142,17 @@ def test_the_block_comparison_and_the_candidate_bound_find_what_the_plain_search
     monkeypatch.setattr(rr, "_may_save", lambda *a: True)
     assert reroll(instrs, labels) == fast
     assert expand(fast[0])[0] == instrs
+
+
+def test_a_nest_whose_body_rerolls_beyond_the_outer_slots_keeps_a_flat_body():
+    """The 56x56x64 3x3 conv on npu-mid (fp16): each of its 52 steady row bands is 294
+    instructions whose own reduction runs reroll in a way the band loop's stride slots cannot
+    carry; one LOOP over a flat body takes the layer to a few hundred instructions, where rolling
+    the bands as plain instructions left 3,432 (reroll.FLAT_BODY_GAIN).  The rolled program still
+    expands to the emitted stream."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1)).eval()
+    art, seen = _unrolled_and_rolled(model, torch.randn(1, 64, 56, 56), "npu-mid")
+    ((instrs, _, (rolled, _)),) = seen
+    assert expand(rolled)[0] == instrs
+    assert len(rolled) < 800, (len(instrs), len(rolled))  # 3,401 without the flat body

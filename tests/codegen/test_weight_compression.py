@@ -214,3 +214,20 @@ def test_loads_that_fit_no_stream_leave_the_constant_raw():
     assert {i.op for i in new} == {"DMA_LOAD", "END"} and after.actions.dram_read == before.actions.dram_read
 
 
+
+
+# the same two tiles, each loaded in three pieces of three planes one after another (a block
+# spread over the steps before its use: npuc.schedule.transfers.weight_plan)
+PIECES = [((3, 16, 16), (512, 32, 1), 1536 * k + 16 * tile) for tile in range(2) for k in range(3)]
+
+
+def test_the_pieces_of_a_block_decode_from_one_stream():
+    import numpy as np
+
+    tgt = load_target("u55-like-256")
+    data = np.random.default_rng(0).laplace(0, 4, 9 * 16 * 32).clip(-127, 127).astype(np.int8).tobytes()
+    new, record, before, after = run_both(data, PIECES, tgt)
+    assert [i.op for i in new].count("DMA_LOAD_DECODE") == len(PIECES)
+    # one stream a block, of 9 x 16 x 16 bytes, each piece reading its part of it
+    assert [s.decoded_bytes for s in record.streams] == [9 * 16 * 16] * 2
+    assert after.actions.dram_read < before.actions.dram_read

@@ -8,7 +8,9 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    or several row tiles, so the rows neighbouring tiles share are loaded once): the DMA of the
    valid part, then, for a band new to its buffer, VFILL of the zero border (only when the
    buffer's last band had a different border);
-2. the weight block, unless a buffer already holds it;
+2. the weight blocks the plan loads at this step (``weight_plan``: its own, unless a buffer
+   already holds it, after the input loads; pieces of later steps' blocks into buffers nothing
+   reads before them, before the input loads);
 3. per output-column subtile (<= array.cols) and reduction chunk (<= array.rows): LOAD_WEIGHTS
    and one MATMUL whose two-level row loop walks the whole th x tw output tile over the input
    tile (m0 = tw pixels at the horizontal step, m1 = th rows at the row step), accumulating in
@@ -23,10 +25,11 @@ The engine emits an :class:`~npuc.schedule.problem.ArrayProblem` under a chosen
    adds the operand tile to the int8 tile in place with QADD, the qadd's zero points, factors
    and record (loaded once).
 
-Buffers alternate (LRU over a pool), so with the emitter's automatic tokens the load of the next
-tile overlaps the compute of this one and the store of this tile overlaps the next compute.  With
-two accumulator tiles (``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector
-queue, overlaps the matrix products of the next.
+Input buffers alternate (LRU over a pool) and weight buffers follow the weight plan, so with
+the emitter's automatic tokens the load of the next tile overlaps the compute of this one and
+the store of this tile overlaps the next compute.  With two accumulator tiles
+(``ArrayTiling.acc_slots``) the epilogue of one output tile, on the vector queue, overlaps the
+matrix products of the next.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from npuc.schedule.problem import (
     steps,
     weight_rows,
 )
-from npuc.schedule.transfers import BandState, band_loads, by_planes, output_store, quant_loads, weight_loads
+from npuc.schedule.transfers import BandState, band_loads, output_store, quant_loads, weight_plan
 
 
 class _Buffers:
@@ -98,7 +101,9 @@ class ArrayEngine:
         spad = SramArena("scratchpad", target.scratchpad.size_bytes, owner=p.name)
         acc = SramArena("accumulator", target.accumulator.size_bytes, owner=p.name)
         self.x = _Buffers(spad, t.x_slots, fp.x_slot, "input tile")
-        self.w = _Buffers(spad, t.w_slots, fp.w_slot, "weight block")
+        self.w_addrs = [spad.alloc(fp.w_slot, f"weight block {i}") for i in range(t.w_slots)]
+        self.seq = list(steps(p, t))
+        self.w_plan = weight_plan(p, t, self.seq)
         self.out = [spad.alloc(fp.out_slot, f"output tile {i}") for i in range(2)]
         self.ops = [
             (i, o, _Buffers(spad, 2, nbytes, f"epilogue operand {i}"), nbytes)
@@ -126,10 +131,10 @@ class ArrayEngine:
         rec = self.em = StepRecorder.new(em.target)
         tile = -1
         try:
-            for i, s in enumerate(steps(self.p, self.t)):
+            for i, s in enumerate(self.seq):
                 tile += s.first
                 rec.at(tile, i)
-                self._step(s)
+                self._step(i, s)
         finally:
             self.em = em
         emit_steps(rec.steps, em, rec.inner, phases=True)  # weight pools rotate over channel blocks
@@ -140,9 +145,10 @@ class ArrayEngine:
     def acc(self) -> int:
         return self.accs[self.acc_slot]
 
-    def _step(self, s: Step) -> None:
+    def _step(self, i: int, s: Step) -> None:
+        self._weights(i, early=True)
         xb = self._input(s)
-        wb = self._weights(s)
+        wb = self._weights(i, early=False)
         if self.moves_only:
             self.by_planes = False
         else:
@@ -162,17 +168,21 @@ class ArrayEngine:
             self.em.emit(op, **_shifted(f, base, ("dst",)))
         return base
 
-    def _weights(self, s: Step) -> int:
-        slot, hit = self.w.get(s.w_key(self.p, self.t))
-        base = self.w.addrs[slot]
-        if not hit:
-            loads = weight_loads(self.p, self.t, s)
-            if not self.w_loaded:  # the first block by planes: the array starts on the first chunk
-                loads, self.w_loaded = by_planes(loads), True
-                self.by_planes = True
-            for op, f in loads:
+    def _weights(self, i: int, early: bool) -> int:
+        """Issue the weight loads the plan puts at step ``i`` (its own block's, or later
+        steps' into buffers no step before those reads again: ``weight_plan``), the ``early``
+        ones (before the step's input loads) or the rest; the address of step ``i``'s block."""
+        plan = self.w_plan
+        for load in plan.loads[i]:
+            if load.early != early:
+                continue
+            # the kernel's first block by planes: the array starts on the first chunk
+            first, self.w_loaded = not self.w_loaded, True
+            self.by_planes |= first and load.step == i
+            base = self.w_addrs[plan.slot[load.step]]
+            for op, f in plan.instrs(self.p, self.t, self.seq, load, first):
                 self.em.emit(op, **_shifted(f, base, ("local_addr",)))
-        return base
+        return self.w_addrs[plan.slot[i]]
 
     def _compute(self, s: Step, xb: int, wb: int) -> None:
         p, t, es = self.p, self.t, self.p.es
