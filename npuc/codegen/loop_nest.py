@@ -28,7 +28,7 @@ import numpy as np
 
 from npuc.codegen.reroll import _rotation as rotation  # one rule for buffer rotations, found alike in both
 from npuc.isa.instr import get_def
-from npuc.isa.loops import MAX_BODY, slot_offset
+from npuc.isa.loops import MAX_BODY, group, slot_offset
 from npuc.kir.tile_program import Step
 
 MAX_ITERATIONS = get_def("LOOP").field("n").max_value
@@ -231,8 +231,10 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
         return 1, {}
     model = {k: (s, 0, 0) for k, s in _moved(values, c, period, c + period).items()}
     # a rotation entered part way only for a unit of several forms (the weight blocks of a channel
-    # block over a pool of another size); a unit of one form rolls chunk by chunk instead
-    phases = phases and len(set(key)) > 1
+    # block over a pool of another size): a unit of one form of the array engine rolls chunk by
+    # chunk instead; a tile program's chunk holds steps of three tiles (the next fetch, this
+    # tile's epilogue, the next products), each in its own place of the rotation (ANY_FORM)
+    phases = phases == ANY_FORM or (phases and len(set(key)) > 1)
     count = 2
     while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
            and shapes[c + count * period:c + (count + 1) * period] == key):
@@ -243,6 +245,7 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
     return count, model
 
 
+ANY_FORM = "any form"  # ``phases``: rotations entered part way for a unit of any form (tile programs)
 MAX_UNIT = 6  # chunks a repeating unit may span (iterations of 2 or 3 forms over 2 or 3 buffer sets)
 
 
@@ -250,17 +253,27 @@ MOVE_COST = 4  # steps a moving field is worth in a run's score
 LOOKAHEAD = 3  # later starts compared with a run's: a rotation of buffer sets rolls from its first set
 
 
+def _slot_count(model: dict) -> int:
+    """The stride slots a run's moves take (their count when they do not fit a LOOP's)."""
+    used = group([(j, k, *m) for (j, k), m in model.items()])
+    return len(model) if used is None else len(used)
+
+
 def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values,
           phases: bool = False) -> tuple[int, int, int, dict]:
     """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
-    it covers less its body, less :data:`MOVE_COST` per moving field (a unit spanning every
-    buffer rotation moves only its DRAM addresses, and its body's own repetitions then nest
-    within the LOOP's stride slots)."""
+    it covers less its body, less :data:`MOVE_COST` per stride slot its moves take (a unit
+    spanning every buffer rotation moves only its DRAM addresses, and its body's own repetitions
+    then nest within the LOOP's stride slots; moves of one field by one stride at evenly spaced
+    steps, the taps of a depthwise tile, share a slot: :func:`npuc.isa.loops.group`)."""
     best = (0, 1, 1, {})
     for period in range(1, MAX_UNIT + 1):
         count, model = _run(cs, shapes, c, period, values, phases)
         if count >= 2:
-            saved = sum(len(x) for x in cs[c + period:c + count * period]) - MOVE_COST * len(model)
+            covered = sum(len(x) for x in cs[c + period:c + count * period])
+            if covered - MOVE_COST * bool(model) <= best[0]:
+                continue  # it cannot beat the run found, however few slots it takes
+            saved = covered - MOVE_COST * _slot_count(model)
             if saved > best[0]:
                 best = (saved, period, count, model)
     return best

@@ -27,9 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from npuc.errors import CompileError
-from npuc.isa.instr import FieldError, Instr, get_def
-from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, expand, group, loop_instr, loop_problem,
-                             slot_offset, slots, strides)
+from npuc.isa.instr import Deps, FieldError, Instr, get_def
+from npuc.isa.loops import (MAX_BODY, MAX_PERIOD, Slot, dynamic_count, exceptions, expand, group, loop_instr,
+                             loop_problem, slot_offset, slots, strides)
 
 PASSES = 3
 CANDIDATES = 4  # periods tried at each position (the next occurrences of the same unit)
@@ -105,13 +105,15 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
         try:
             first, _ = expand(body)
             flags = [(x.op, x.deps) for x in first]
+            excepted = {k for k, _, _ in exceptions(ins)}  # iterations whose flags a flag exception changes
             for k in range(1, n):
                 lo = pos + k * per
-                if [(x.op, x.deps) for x in instrs[lo:lo + per]] != flags:
+                want = flags if k not in excepted else [(x.op, x.deps) for x in expand(_iteration(ins, body, k))[0]]
+                if [(x.op, x.deps) for x in instrs[lo:lo + per]] != want:
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} has other flags")
             period = max((sl[5] for sl in slots(ins)), default=0)
             for k in sorted({0, *range(1, min(n, max(period, 1) + 1)), n - 1}):
-                got = first if k == 0 else expand(_iteration(ins, body, k))[0]
+                got = first if k == 0 and 0 not in excepted else expand(_iteration(ins, body, k))[0]
                 if got != list(instrs[pos + k * per:pos + (k + 1) * per]):
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} differs")
         except FieldError as e:
@@ -122,12 +124,16 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
 
 
 def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
-    """Iteration ``k`` of ``loop``'s ``body``: every strided field moved by its slot's offset."""
+    """Iteration ``k`` of ``loop``'s ``body``: every strided field moved by its slot's offset,
+    and the flags of its flag exceptions for iteration ``k`` in place."""
     adds: dict[int, dict[int, int]] = {}
     for j, f, stride, period, phase in strides(loop):
         d = adds.setdefault(j, {})
         d[f] = d.get(f, 0) + slot_offset(k, stride, period, phase)
     out = list(body)
+    for x, j, bits in exceptions(loop):
+        if x == k:
+            out[j] = Instr(body[j].op, body[j].args, Deps.from_bits(bits, body[j].defn.queue))
     for j, d in adds.items():
         ins = body[j]
         vals = list(ins.args)
@@ -140,7 +146,7 @@ def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
         reason = ins.defn.validate(args)
         if reason:
             raise FieldError(f"iteration {k}: `{ins}`: {reason}")
-        out[j] = Instr(ins.op, args, ins.deps)
+        out[j] = Instr(ins.op, args, out[j].deps)
     return out
 
 
@@ -501,7 +507,10 @@ def _pass(instrs: list[Instr], labels: list[str]) -> tuple[list[Instr], list[str
 # from a ratio of about 5 (MobileNetV2 fp16's 14x14 convs, 7 of 84 rerolled to 69: 7.8 KB; the
 # 56x56x64 3x3 conv, 52 of 294 to 60: 3,432 instructions rolled to 581) and costs code up to 2.3
 # (ResNet-50 int8's layer4.0.downsample, 28 of 522 to 43: 1.9 KB), where runs span the iterations.
-FLAT_BODY_GAIN = 3
+# 2, not 3: with the tile programs' nests (rotations entered part way) MobileNetV2 int8's depthwise
+# tiles reach ratios of 2 to 3 whose flat bodies save 1.5 KB in all (74,593 -> 73,141 B of code on
+# npu-mid: under 2% of its constants), for ResNet-50 int8's 1.9 KB at 0.8% of its constants.
+FLAT_BODY_GAIN = 2
 NEST_FROM = 4  # body instructions from which a found run's body is rerolled on its own
 
 
@@ -552,6 +561,9 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
 
     pos = 0
     nest_moves = list(moves) if moves is not None else [None] * len(loops)
+    from npuc.codegen.loop_edges import regrouped  # nests whose flags repeat every few iterations
+
+    loops, nest_moves = regrouped(instrs, loops, nest_moves)
     touched = sorted(rewritten)
     for (start, body, n), mv in sorted(zip(loops, nest_moves), key=lambda x: x[0]):
         plain.extend(instrs[pos:start])
@@ -574,6 +586,17 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
         while u < n:
             lo = start + u * body
             got = run_at(u)
+            edge = None if hopeless or (got is not None and got[0] >= n - u) else edge_run(
+                instrs, labels, lo, body, n - u, mv, u, touched, run_at)
+            if edge is not None:
+                count, encoded, encoded_labs, slots, flag_exceptions = edge
+                flush()
+                out.append(loop_instr(count, len(encoded), slots, flag_exceptions))
+                labs.append(labels[lo])
+                out.extend(encoded)
+                labs.extend(encoded_labs)
+                u += count
+                continue
             # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
             if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
                                        for k in range(1, LOOKAHEAD + 2)):
@@ -601,6 +624,14 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
     flush()
     check_loops(out, instrs, labs)
     return out, labs
+
+
+def edge_run(instrs, labels, lo, body, left, mv, v, touched, run_at):
+    """A nest's run whose first iterations, last iteration or a few others differ in their flags
+    (the pipeline's fill and drain), written with flag exceptions (:func:`npuc.codegen.loop_edges.edge_run`)."""
+    from npuc.codegen.loop_edges import edge_run as find
+
+    return find(instrs, labels, lo, body, left, mv, v, touched, run_at)
 
 
 def _touches(touched: Sequence[int], lo: int, hi: int) -> bool:

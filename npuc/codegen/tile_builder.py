@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from npuc.codegen.kernel import SramArena
-from npuc.codegen.loop_nest import emit_steps
+from npuc.codegen.loop_nest import ANY_FORM, emit_steps
 from npuc.kir.kernel import Kernel
 from npuc.kir.plan import Plan
 from npuc.kir.tile_program import Buffer, DramName, Step, TileProgram
@@ -57,8 +57,9 @@ class TileBuilder:
 def emit_program(prog: TileProgram, em: Any) -> None:
     """Issue every step of ``prog``, in program order, through the emitter ``em``: the runs of
     iterations that repeat with constant strides as loop nests (:mod:`npuc.codegen.loop_nest`),
-    the rest step by step."""
-    emit_steps(prog.steps, em)
+    the rest step by step (buffer rotations entered part way: a chunk holds steps of tiles in
+    different places of the rotation, :data:`~npuc.codegen.loop_nest.ANY_FORM`)."""
+    emit_steps(prog.steps, em, phases=ANY_FORM)
 
 
 def tile_plan(summary: str, prog: TileProgram, target: Any) -> Plan:

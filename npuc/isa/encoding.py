@@ -298,8 +298,8 @@ def _layout(opcode: int) -> tuple | None:
     return hit
 
 
-def _heads(data: bytes) -> Iterator[tuple[InstrDef, int]]:
-    """(definition, mask length) of each instruction of a code section, front to back, from the
+def _heads(data: bytes) -> Iterator[tuple[InstrDef, int, int]]:
+    """(definition, mask length, mask) of each instruction of a code section, front to back, from the
     instruction lengths alone (the fields are not decoded); stops early where the stream does
     not parse (:func:`decode_program` refuses it there)."""
     seen: set[int] = set()
@@ -313,8 +313,8 @@ def _heads(data: bytes) -> Iterator[tuple[InstrDef, int]]:
         length = word >> HEADER_BITS & ((1 << lb) - 1)
         if length > len(fields):
             return
-        yield d, length
         mask = word >> (HEADER_BITS + lb) & ((1 << length) - 1)
+        yield d, length, mask
         pos = HEADER_BITS + lb + length
         ref = d.opcode in seen
         k = 0
@@ -333,17 +333,26 @@ def _heads(data: bytes) -> Iterator[tuple[InstrDef, int]]:
 
 def stream_features(data: bytes) -> tuple[bool, frozenset[str]]:
     """(whether a LOOP writes a phase, the mnemonics used) of a code section, in one walk of its
-    instruction lengths: what the container's format version depends on.  A LOOP phase is a
-    field that a LOOP without phases never writes: phases follow every other field, so the mask
+    instruction lengths: what the container's format version depends on (a LOOP that writes a
+    flag exception is named ``LOOP+x`` among the mnemonics).  Phases and flag exceptions are
+    fields that a LOOP without them never writes: they follow every other field, so the mask
     reaches them only then.  A stream that does not parse is left to :func:`decode_program` to
     refuse (this reports what precedes the fault)."""
     loop = get_def("LOOP")
     first_phase = next(k for k, f in enumerate(loop.fields) if f.name.startswith("ph"))
+    first_exception = next(k for k, f in enumerate(loop.fields) if f.name == "x0")
+    phase_bits = ((1 << first_exception) - 1) & ~((1 << first_phase) - 1)
     phases, used = False, set()
-    for d, length in _heads(data):
+    for d, length, mask in _heads(data):
         used.add(d.name)
-        phases = phases or (d is loop and length > first_phase)
+        if d is loop and length > first_phase:
+            phases = phases or bool(mask & phase_bits)
+            if length > first_exception:
+                used.add(LOOP_EXCEPTIONS)
     return phases, frozenset(used)
+
+
+LOOP_EXCEPTIONS = "LOOP+x"  # stream_features' name for a LOOP with flag exceptions
 
 
 def uses_loop_phases(data: bytes) -> bool:

@@ -15,6 +15,14 @@ stride may move a field of an instruction of an inner body, so that a whole laye
 instructions.  Dependency flags of body instructions repeat in every iteration; LOOP itself has
 none, and costs nothing at run time: the instruction fetch unit expands it (:func:`expand`).
 
+A *flag exception* ``x{e}`` (up to :data:`EXCEPTIONS`) gives body instruction ``j`` other
+dependency flags in iteration ``k`` only -- the first iteration of a software pipeline waits for
+nothing that the loop itself produced, the last one signals no successor: without exceptions
+such a loop is written as a LOOP over its middle iterations with its first and last iterations
+beside it, in full.  An exception on an instruction inside an inner body holds for every
+dynamic instruction it stands for in iteration ``k``; an inner LOOP's own exceptions take
+precedence over an outer one's.
+
 The simulator runs the expanded program, so the race detector, the timing and the energy see
 every dynamic instruction; ``origin[i]`` names the encoded instruction each came from.
 """
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from npuc.isa.instr import FieldError, Instr
+from npuc.isa.instr import DEP_BITS, Deps, FieldError, Instr
 
 SLOTS = 16
 STRIDE_BITS = 32
@@ -38,6 +46,9 @@ MAX_BODY = (1 << BODY_BITS) - 1
 MAX_STEP = (1 << STEP_BITS) - 1
 MAX_COUNT = (1 << COUNT_BITS) - 1
 MAX_PERIOD = (1 << PERIOD_BITS) - 1
+EXCEPTIONS = 12  # flag exceptions of a LOOP (its fields stay below 128: the mask length keeps its 7 bits)
+EXCEPTION_FIELD = "x"  # x{e}: 0 unused, else 1 + (iteration << (BODY_BITS + DEP_BITS) | body instruction << DEP_BITS | flags)
+EXCEPTION_BITS = COUNT_BITS + BODY_BITS + DEP_BITS
 SLOT_FIELDS = "idrfps"  # the fields of stride slot k: i{k}, d{k}, r{k}, f{k}, p{k}, s{k}
 PHASE_FIELD = "ph"  # ph{k}: the phase of slot k, listed after every slot's other fields (a LOOP without
 # phases then encodes exactly as before they existed: npuc.isa.encoding leaves trailing defaults out)
@@ -70,6 +81,54 @@ def slots(ins: Instr) -> tuple[Slot, ...]:
 def strides(ins: Instr) -> tuple[tuple[int, int, int, int, int], ...]:
     """The (body offset, field index, stride, period, phase) of every strided field of a LOOP's body."""
     return tuple((j + m * d, f, s, p, h) for j, d, r, f, s, p, h in slots(ins) for m in range(r))
+
+
+# (iteration, body offset, dependency flag bits relative to the instruction's queue: Deps.to_bits)
+Exception = tuple[int, int, int]
+
+
+def exception_value(k: int, j: int, bits: int) -> int:
+    """The field value of a flag exception: body instruction ``j`` has flags ``bits`` in iteration ``k``."""
+    return 1 + (k << (BODY_BITS + DEP_BITS) | j << DEP_BITS | bits)
+
+
+def exceptions(ins: Instr) -> tuple[Exception, ...]:
+    """The flag exceptions of a LOOP, (iteration, body offset, flag bits) each, in order."""
+    out = []
+    for e in range(EXCEPTIONS):
+        v = getattr(ins.args, f"{EXCEPTION_FIELD}{e}")
+        if not v:
+            break
+        v -= 1
+        out.append((v >> (BODY_BITS + DEP_BITS), v >> DEP_BITS & MAX_BODY, v & ((1 << DEP_BITS) - 1)))
+    return tuple(out)
+
+
+def exception_problem(a) -> str | None:
+    """Why the flag exceptions of LOOP args ``a`` are malformed (out of order, an unused one
+    before a used one, an iteration or body instruction the LOOP does not have), or None."""
+    last = 0
+    for e in range(EXCEPTIONS):
+        v = getattr(a, f"{EXCEPTION_FIELD}{e}")
+        if not v:
+            last = -1
+            continue
+        if last < 0:
+            return f"flag exception {e} is used after an unused one (the used ones come first)"
+        if v <= last:
+            return f"flag exception {e} is not greater than the one before it (they are listed in increasing order)"
+        last = v
+        k, j = (v - 1) >> (BODY_BITS + DEP_BITS), (v - 1) >> DEP_BITS & MAX_BODY
+        if k >= a.n:
+            return f"flag exception {e} is for iteration {k}, but the LOOP runs {a.n}"
+        if j >= a.body:
+            return f"flag exception {e} is for body instruction {j}, but the body has {a.body}"
+    return None
+
+
+def uses_exceptions(instrs: Sequence[Instr]) -> bool:
+    """Whether a LOOP of the program has a flag exception."""
+    return any(i.op == "LOOP" and getattr(i.args, f"{EXCEPTION_FIELD}0") for i in instrs)
 
 
 def uses_phase(instrs: Sequence[Instr]) -> bool:
@@ -114,6 +173,9 @@ def loop_problem(instrs: Sequence[Instr]) -> str | None:
             reason = strided_field_problem(instrs[i + 1 + j], f)
             if reason:
                 return f"LOOP at instruction {i}: {reason}"
+        for _, j, _ in exceptions(ins):
+            if instrs[i + 1 + j].op == "LOOP":
+                return f"LOOP at instruction {i}: flag exception on body instruction {j}, a LOOP (a LOOP has no flags)"
         ends.append(end)
     return None
 
@@ -147,7 +209,7 @@ def expand(instrs: Sequence[Instr]) -> tuple[list[Instr], list[int]]:
                          f"{MAX_DYNAMIC:,}")
     out: list[Instr] = []
     origin: list[int] = []
-    _expand(instrs, 0, len(instrs), {}, out, origin)
+    _expand(instrs, 0, len(instrs), {}, out, origin, {})
     return out, origin
 
 
@@ -155,18 +217,26 @@ def has_loops(instrs: Sequence[Instr]) -> bool:
     return any(i.op == "LOOP" for i in instrs)
 
 
-def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: list, origin: list) -> None:
+def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: list, origin: list,
+            flags: dict[int, Deps]) -> None:
+    """Expand ``instrs[lo:hi]`` with ``delta`` added to fields ({index: {field: add}}) and the
+    dependency flags of ``flags`` ({index: flags}: the enclosing LOOPs' exceptions) in place."""
     i = lo
     while i < hi:
         ins = instrs[i]
         if ins.op != "LOOP":
             d = delta.get(i)
-            out.append(_moved(ins, d, i) if d else ins)
+            got = _moved(ins, d, i) if d else ins
+            x = flags.get(i) if flags else None
+            out.append(got if x is None or x == got.deps else Instr(got.op, got.args, x))
             origin.append(i)
             i += 1
             continue
         body_lo, body_hi = i + 1, i + 1 + ins.args.body
         moved = strides(ins)
+        by_iteration: dict[int, dict[int, Deps]] = {}
+        for k, j, bits in exceptions(ins):
+            by_iteration.setdefault(k, {})[body_lo + j] = Deps.from_bits(bits, instrs[body_lo + j].defn.queue)
         for k in range(ins.args.n):
             if k == 0 or not moved:
                 inner = delta
@@ -175,7 +245,8 @@ def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: lis
                 for j, f, s, p, h in moved:
                     fields = inner.setdefault(body_lo + j, {})
                     fields[f] = fields.get(f, 0) + slot_offset(k, s, p, h)
-            _expand(instrs, body_lo, body_hi, inner, out, origin)
+            own = by_iteration.get(k)
+            _expand(instrs, body_lo, body_hi, inner, out, origin, {**flags, **own} if own else flags)
         i = body_hi
 
 
@@ -199,13 +270,18 @@ def _moved(ins: Instr, delta: dict[int, int], index: int) -> Instr:
     return Instr(ins.op, args, ins.deps)
 
 
-def loop_instr(n: int, body: int, used: Sequence[Slot]) -> Instr:
-    """A LOOP instruction repeating ``body`` instructions ``n`` times with the ``used`` slots."""
+def loop_instr(n: int, body: int, used: Sequence[Slot], flag_exceptions: Sequence[Exception] = ()) -> Instr:
+    """A LOOP instruction repeating ``body`` instructions ``n`` times with the ``used`` slots and
+    the flag exceptions ``flag_exceptions`` ((iteration, body offset, flag bits) each)."""
     if len(used) > SLOTS:
         raise FieldError(f"a LOOP has {SLOTS} stride slots, {len(used)} asked")
+    if len(flag_exceptions) > EXCEPTIONS:
+        raise FieldError(f"a LOOP has {EXCEPTIONS} flag exceptions, {len(flag_exceptions)} asked")
     fields = {"n": n, "body": body}
     for k, (j, d, r, f, s, p, h) in enumerate(used):
         fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p, f"{PHASE_FIELD}{k}": h})
+    for e, x in enumerate(sorted(exception_value(*x) for x in flag_exceptions)):
+        fields[f"{EXCEPTION_FIELD}{e}"] = x
     # what Instr.make does, from the LOOP's default fields (a LOOP has 114; rerolling builds thousands)
     defn, defaults = _loop_defaults()
     for name, v in fields.items():
@@ -261,5 +337,5 @@ def group(moves: Sequence[tuple[int, ...]]) -> tuple[Slot, ...] | None:
     return tuple(sorted(out))
 
 
-__all__ = ["SLOTS", "MAX_BODY", "MAX_PERIOD", "expand", "group", "has_loops", "loop_instr", "loop_problem", "slot_offset",
-           "slots", "strides", "uses_phase"]
+__all__ = ["EXCEPTIONS", "SLOTS", "MAX_BODY", "MAX_PERIOD", "exceptions", "expand", "group", "has_loops", "loop_instr",
+           "loop_problem", "slot_offset", "slots", "strides", "uses_exceptions", "uses_phase"]

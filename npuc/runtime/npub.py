@@ -48,6 +48,7 @@ from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, check_
 
 __all__ = [
     "DEPTHWISE_MODE_VERSION",
+    "LOOP_EXCEPTION_VERSION",
     "FORMAT_VERSION",
     "HOST_CODE_VERSION",
     "HostModule",
@@ -90,6 +91,7 @@ HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x reade
 WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
 LOOP_PHASE_VERSION = (3, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
 DEPTHWISE_MODE_VERSION = (3, 4)  # a binary whose code has MATMUL_DW (the array's depthwise mode; older readers refuse it)
+LOOP_EXCEPTION_VERSION = (3, 5)  # a binary whose code has LOOP flag exceptions (older readers refuse the LOOP)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -172,7 +174,9 @@ class Npub:
     def format_version(self) -> tuple[int, int]:
         """The version this container is written as: the oldest that has every section and
         instruction feature it holds."""
-        phases, depthwise = _code_features(self.code_segments)
+        phases, depthwise, exceptions = _code_features(self.code_segments)
+        if exceptions:
+            return LOOP_EXCEPTION_VERSION
         if depthwise:
             return DEPTHWISE_MODE_VERSION
         if phases:
@@ -298,18 +302,19 @@ def _pack_header(c: Container, name: bytes, header_size: int, file_size: int, ta
 # ------------------------------------------------------------------------------------- read
 
 
-def _code_features(programs: Sequence[bytes]) -> tuple[bool, bool]:
+def _code_features(programs: Sequence[bytes]) -> tuple[bool, bool, bool]:
     """(whether a program writes a LOOP phase: format 3.3, whether one holds a MATMUL_DW: format
-    3.4); (False, False) without the ISA package."""
+    3.4, whether a LOOP has flag exceptions: format 3.5); all False without the ISA package."""
     try:
-        from npuc.isa.encoding import stream_features
+        from npuc.isa.encoding import LOOP_EXCEPTIONS, stream_features
     except ImportError:
-        return False, False
-    phases = depthwise = False
+        return False, False, False
+    phases = depthwise = exceptions = False
     for p in programs:
         ph, used = stream_features(p)
         phases, depthwise = phases or ph, depthwise or "MATMUL_DW" in used
-    return phases, depthwise
+        exceptions = exceptions or LOOP_EXCEPTIONS in used
+    return phases, depthwise, exceptions
 
 
 def _fail(source: str | None, where: str, text: str) -> BinaryFormatError:
@@ -553,7 +558,12 @@ def load_npub(
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None
-    phases, depthwise = _code_features(n.code_segments) if c.version < DEPTHWISE_MODE_VERSION else (False, False)
+    phases, depthwise, exceptions = (_code_features(n.code_segments) if c.version < LOOP_EXCEPTION_VERSION
+                                     else (False, False, False))
+    if exceptions:
+        raise _fail(source, "CODE section", f"a program has LOOP flag exceptions, which exist from format "
+                    f"{LOOP_EXCEPTION_VERSION[0]}.{LOOP_EXCEPTION_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")
+    depthwise = depthwise and c.version < DEPTHWISE_MODE_VERSION
     if c.version < LOOP_PHASE_VERSION and phases:
         raise _fail(source, "CODE section", f"a program has LOOP slots with a phase, which exist from format "
                     f"{LOOP_PHASE_VERSION[0]}.{LOOP_PHASE_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")

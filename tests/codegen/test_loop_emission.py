@@ -239,7 +239,9 @@ def test_loops_that_do_not_stand_for_the_emitted_stream_are_refused():
     middle = 20 * 3 + 1  # the relu of iteration 20
     flags = list(prog.instrs)
     flags[middle] = dataclasses.replace(flags[middle], deps=Deps(signals=frozenset({Queue.compute})))
-    last = len(prog.instrs) - 2 - 3 * 2  # the store of a late iteration inside the LOOP
+    loop = next(i for i, ins in enumerate(rolled) if ins.op == "LOOP")  # the store of the LOOP's last iteration
+    last = loop + 3 * (rolled[loop].args.n - 1) + 2  # (the instructions before the LOOP stand for one each)
+    assert all(ins.op != "LOOP" for ins in rolled[:loop])
     fields = list(prog.instrs)
     fields[last] = dataclasses.replace(fields[last], args=fields[last].args._replace(n0=128))
     for wrong in (flags, fields, list(prog.instrs)[:-4] + list(prog.instrs)[-1:]):

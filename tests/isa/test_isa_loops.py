@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from npuc.errors import AsmError, BinaryFormatError, SimulationError
-from npuc.isa import assemble, decode_program
+from npuc.isa import assemble, decode_program, encode_program
 from npuc.isa.instr import FieldError, Instr, Program
 from npuc.isa.loops import expand, group, loop_instr, loop_problem
 from npuc.runtime.sim import simulate
@@ -184,3 +184,59 @@ def test_the_simulator_runs_a_phased_rotation():
     np.testing.assert_array_equal(np.frombuffer(r.dram, np.int8, 192, 0x1000), data)
     plain = simulate(Program(tuple(dyn)), MID, image)
     assert (plain.total_cycles, plain.actions, plain.dram) == (r.total_cycles, r.actions, r.dram)
+
+
+def _excepted_loop(*excs):
+    from npuc.isa.instr import Deps
+    from npuc.isa.enums import Queue
+
+    load = Instr.make("DMA_LOAD", esize=1, dram_addr=0, local_addr=0, n0=64, deps=Deps(signals={Queue.vector}))
+    vun = Instr.make("VUN", op="relu", dtype="int8", n0=64, dst=0x1000, src=0, deps=Deps(waits={Queue.load}))
+    return [loop_instr(4, 2, [(0, 1, 1, 2, 64, 0, 0)], excs), load, vun, Instr.make("END")]
+
+
+def test_a_flag_exception_changes_one_instruction_in_one_iteration():
+    from npuc.isa.enums import Queue
+    from npuc.isa.instr import Deps
+    from npuc.isa.loops import exceptions
+
+    none = Deps().to_bits(Queue.load)
+    prog = _excepted_loop((0, 0, none), (3, 1, Deps().to_bits(Queue.vector)))
+    assert exceptions(prog[0]) == ((0, 0, none), (3, 1, 0))
+    dyn, origin = expand(prog)
+    assert origin == [1, 2] * 4 + [3]
+    assert [i.args.dram_addr for i in dyn if i.op == "DMA_LOAD"] == [0, 64, 128, 192]
+    assert [bool(i.deps) for i in dyn[:-1]] == [False, True, True, True, True, True, True, False]
+    assert decode_program(encode_program(prog)) == prog  # fields after the phases: the encoding is generic
+    # a LOOP without exceptions encodes as before they existed: its mask stops at its last slot
+    plain = _excepted_loop()
+    assert len(encode_program(plain[:1])) < len(encode_program(prog[:1]))
+
+
+@pytest.mark.parametrize("excs, match", [
+    (((4, 0, 0),), "iteration 4, but the LOOP runs 4"),
+    (((0, 2, 0),), "body instruction 2, but the body has 2"),
+])
+def test_flag_exceptions_outside_the_loop_are_refused(excs, match):
+    with pytest.raises(FieldError, match=match):
+        _excepted_loop(*excs)
+
+
+def test_flag_exceptions_must_be_listed_in_order():
+    from npuc.isa.loops import exception_value
+
+    loop = _excepted_loop()[0]
+    args = loop.args._replace(x0=exception_value(1, 0, 0), x1=exception_value(0, 0, 0))
+    assert "increasing order" in loop.defn.validate(args)
+    args = loop.args._replace(x1=exception_value(0, 0, 0))
+    assert "after an unused one" in loop.defn.validate(args)
+
+
+def test_a_flag_exception_on_a_loop_is_refused():
+    from npuc.isa.loops import exception_value
+
+    inner = loop_instr(2, 1, [])
+    load = Instr.make("DMA_LOAD", esize=1, dram_addr=0, local_addr=0, n0=64)
+    outer = loop_instr(2, 2, [])
+    outer = Instr("LOOP", outer.args._replace(x0=exception_value(1, 0, 0)))
+    assert "a LOOP has no flags" in loop_problem([outer, inner, load, Instr.make("END")])

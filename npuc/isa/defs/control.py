@@ -9,6 +9,10 @@ from npuc.isa.instr import InstrDef, register
 from npuc.isa.loops import (
     BODY_BITS,
     COUNT_BITS,
+    EXCEPTION_BITS,
+    EXCEPTION_FIELD,
+    EXCEPTIONS,
+    exception_problem,
     FIELD_INDEX_BITS,
     MAX_BODY,
     PERIOD_BITS,
@@ -84,6 +88,10 @@ def _loop_fields():
     # the phases come after every slot, so that a LOOP without one encodes as before they existed
     out += [uint(f"{PHASE_FIELD}{k}", PHASE_BITS, f"stride slot {k}: phase of its period, 0 <= phase < p{k} (where in "
                  "its rotation the first iteration is; 0 without a period)", default=0) for k in range(SLOTS)]
+    # the flag exceptions come after the phases, so that a LOOP without one encodes as before they existed
+    out += [uint(f"{EXCEPTION_FIELD}{k}", EXCEPTION_BITS, f"flag exception {k}: 0 unused, else 1 + (iteration << "
+                 f"{BODY_BITS + 6} | body instruction << 6 | its dependency flags in that iteration)", default=0)
+            for k in range(EXCEPTIONS)]
     return tuple(out)
 
 
@@ -100,7 +108,7 @@ def _loop_validate(a) -> str | None:
                     "no period; only a slot with a period has a phase"))
         if s and i + (r - 1) * d >= a.body:
             return f"stride slot {k} reaches body instruction {i + (r - 1) * d}, but the body has {a.body}"
-    return None
+    return exception_problem(a)
 
 
 register(
@@ -126,7 +134,11 @@ register(
         "stride a field of an instruction inside an inner body: the inner LOOP then strides "
         "from the moved value. Only integer fields take strides, never a LOOP's own; every "
         "value reached must be legal for its field. Dependency flags of the body repeat in "
-        "every iteration; a LOOP has none itself. A body may not contain END.",
+        "every iteration, except where a flag exception `x{e}` (1 + (k << 18 | j << 6 | flags)) gives body "
+        "instruction j other flags in iteration k (the first and last iterations of a pipeline: its fill "
+        "and drain), for every dynamic instruction that j stands for in that iteration (an inner LOOP's own "
+        "exception takes precedence); exceptions are listed in increasing order, the unused ones (0) last, "
+        "never on a LOOP. A LOOP has no flags itself. A body may not contain END.",
         timing_doc="None: the instruction fetch unit expands the LOOP; each dynamic instruction "
         "is then timed as written.",
         energy_doc="None of its own; each dynamic instruction counts its own issue.",
