@@ -78,6 +78,8 @@ def edge_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int,
         got = _with_edges(instrs, labels, lo, body, left, moves, v, touched, fill)
         if got is not None and (found is None or got[0] > found[0]):
             found = got
+            if found[0] == left:
+                break  # covers every iteration left: a deeper fill cannot cover more
     if found is None:
         return None
     count, model, edges, patch = found
