@@ -45,6 +45,11 @@ _PRUNE_EVERY = 512
 _BIG = 1 << 62
 
 
+def _queues(bits: int) -> frozenset[Queue]:
+    """The queues whose bits are set in ``bits``."""
+    return frozenset(q for q in Queue if bits >> q & 1)
+
+
 class Emitter:
     """Collects a program in program order and inserts the dependency tokens it needs.
 
@@ -61,16 +66,22 @@ class Emitter:
         self.nests = nests  # whether kernels hand their repeating tiles over as loop nests (emit_loop)
         self._ops: list[tuple[str, Any]] = []
         self._queues: list[int] = []
-        self._waits: list[frozenset[Queue]] = []
-        self._signals: list[set[Queue]] = []
+        # dependency flags per instruction, one bit per queue (bit q: the queue q)
+        self._waits: list[int] = []
+        self._signals: list[int] = []
         self._sources: list[str] = []
-        self._clock_at: list[tuple[int, ...]] = []  # knowledge when each instruction starts
+        # knowledge when each instruction starts; None for an instruction a loop nest copied from
+        # a template without a scan: its clock is the template's shifted (:meth:`_clock_of`)
+        self._clock_at: list[tuple[int, ...] | None] = []
+        # the copied runs of instructions, by first index: (first, template start, template
+        # length, loop start); instruction c of a run copies template start + (c - first) mod length
+        self._copies: list[tuple[int, int, int, int]] = []
         self._known = [[-1] * _NQ for _ in range(_NQ)]
         # accesses per memory and queue, in program order: (index, lo, hi)
         self._reads: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._writes: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._last = [-1] * _NQ  # last program index per queue
-        self._pending: list[set[Queue]] = [set() for _ in range(_NQ)]  # waits of each queue's next instruction
+        self._pending = [0] * _NQ  # waits of each queue's next instruction (queue bits)
         self._made: list[int] = []  # the producers the last instruction issued was linked after
         self._label = ""
         self._finished = False
@@ -141,14 +152,10 @@ class Emitter:
         if not self._finished:
             self._append("END", Instr.make("END").args, _COMPUTE)
             self._finished = True
-        instrs = []
-        deps: dict[tuple, Deps] = {}  # one Deps per combination of flags
-        for (op, args), w, sig in zip(self._ops, self._waits, self._signals):
-            key = (w, frozenset(sig))
-            d = deps.get(key)
-            if d is None:
-                d = deps[key] = Deps(*key)
-            instrs.append(Instr(op, args, d))
+        # one Deps per combination of flags: waits in the low bits, signals above them
+        deps = [Deps(_queues(key), _queues(key >> _NQ)) for key in range(1 << 2 * _NQ)]
+        instrs = [Instr(op, args, deps[w | sig << _NQ])
+                  for (op, args), w, sig in zip(self._ops, self._waits, self._signals)]
         problem = program_problem(instrs)
         if problem:
             raise CompileError(f"internal error: {problem}")
@@ -173,25 +180,27 @@ class Emitter:
     def _issue(self, ins: Instr) -> int:
         """Order ``ins`` after the accesses it conflicts with and append it; its index."""
         d = ins.defn
-        q = int(d.queue)
-        regions = d.regions(ins.args)
-        needs = self._conflicts(q, regions)
+        return self._place(ins.op, ins.args, int(d.queue), [(r.mem, r.writes, r.addr, r.end) for r in d.regions(ins.args)])
+
+    def _place(self, op: str, args: Any, q: int, accesses: list[tuple[Mem, bool, int, int]]) -> int:
+        """Append an instruction of queue ``q`` whose memory accesses are ``accesses`` (memory,
+        written, first byte, one past the last) after the accesses they conflict with; its index."""
+        needs = self._conflicts(q, accesses)
         self._order_after(q, needs)
-        index = self._append(ins.op, ins.args, q)
-        for r in regions:
-            (self._writes if r.writes else self._reads)[r.mem][q].append((index, r.addr, r.end))
+        index = self._append(op, args, q)
+        for mem, writes, lo, hi in accesses:
+            (self._writes if writes else self._reads)[mem][q].append((index, lo, hi))
         if index % _PRUNE_EVERY == 0:
             self._prune()
         return index
 
     def _append(self, op: str, args: Any, q: int) -> int:
         index = len(self._ops)
-        waits = frozenset(self._pending[q])
-        self._pending[q] = set()
         self._ops.append((op, args))
         self._queues.append(q)
-        self._waits.append(waits)
-        self._signals.append(set())
+        self._waits.append(self._pending[q])
+        self._pending[q] = 0
+        self._signals.append(0)
         self._sources.append(self._label)
         known = self._known[q]
         if _EXECUTES[q]:
@@ -201,7 +210,7 @@ class Emitter:
         self._last[q] = index
         return index
 
-    def _conflicts(self, q: int, regions) -> dict[int, int]:
+    def _conflicts(self, q: int, accesses: list[tuple[Mem, bool, int, int]]) -> dict[int, int]:
         """For each other queue, the latest conflicting instruction not yet ordered before us.
 
         Each queue's accesses are kept in program order, so the scan runs from the newest back
@@ -209,9 +218,8 @@ class Emitter:
         be complete (every older one is too)."""
         known = self._known[q]
         needs: dict[int, int] = {}
-        for r in regions:
-            tables = (self._writes[r.mem], self._reads[r.mem]) if r.writes else (self._writes[r.mem],)
-            lo, hi = r.addr, r.end
+        for mem, writes, lo, hi in accesses:
+            tables = (self._writes[mem], self._reads[mem]) if writes else (self._writes[mem],)
             for p in range(_NQ):
                 if p == q:
                     continue
@@ -238,8 +246,8 @@ class Emitter:
 
     def _link(self, p: int, j: int, q: int) -> None:
         """Signal from instruction j (queue p) to the next instruction of queue q."""
-        self._signals[j].add(Queue(q))
-        self._pending[q].add(Queue(p))
+        self._signals[j] |= 1 << q
+        self._pending[q] |= 1 << p
         known = self._known[q]
         after = self._clock_after(j)
         for r in range(_NQ):
@@ -247,10 +255,20 @@ class Emitter:
 
     def _clock_after(self, j: int) -> tuple[int, ...]:
         """What is known complete once instruction j has completed."""
-        c = list(self._clock_at[j])
+        c = list(self._clock_of(j))
         p = self._queues[j]
         c[p] = max(c[p], j)
         return tuple(c)
+
+    def _clock_of(self, j: int) -> tuple[int, ...]:
+        """What is known complete when instruction j starts."""
+        c = self._clock_at[j]
+        if c is not None:
+            return c
+        first, template, length, start = self._copies[bisect.bisect_right(self._copies, (j, _BIG)) - 1]
+        t = template + (j - first) % length
+        s = j - t
+        return tuple(v + s if v >= start else v for v in self._clock_at[t])
 
     def _prune(self) -> None:
         """Forget accesses that every other queue already knows to be complete."""

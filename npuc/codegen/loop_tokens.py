@@ -48,10 +48,15 @@ _QUEUES = tuple(Queue)
 
 def shifted(ins: Instr, moves: list[tuple[int, int, int, int]], k: int) -> Instr:
     """``ins`` in iteration ``k`` of its loop: each (field index, stride, period, phase) moved."""
-    vals = list(ins.args)
+    return Instr(ins.op, _moved_args(ins.args, moves, k))
+
+
+def _moved_args(args: Any, moves: list[tuple[int, int, int, int]], k: int) -> Any:
+    """The fields ``args`` in iteration ``k`` (``moves`` as for :func:`shifted`)."""
+    vals = list(args)
     for f, stride, period, phase in moves:
         vals[f] += slot_offset(k, stride, period, phase)
-    return Instr(ins.op, type(ins.args)._make(vals))
+    return args._make(vals)
 
 
 class _Regions:
@@ -185,7 +190,7 @@ def _state(em: "Emitter", start: int, k: int, regs: _Regions, pairs: _Pairs, nst
 
     known = tuple(norm(v) for row in em._known for v in row)
     last = tuple(norm(v) for v in em._last)
-    pending = tuple(frozenset(s) for s in em._pending)
+    pending = tuple(em._pending)
     live: list[Any] = []
     total = 0
     future: dict[int, tuple[int, int]] = {}
@@ -241,10 +246,18 @@ def issue_loop(em: "Emitter", body: list[Instr], moves: list, n: int, period: in
     trying = pairs is not None and pairs.invariant
     snaps: list[Any] = []  # per exact iteration: (relative state, known, last, pending)
     links: list[list[int]] = []  # per exact instruction: the producers it was linked after
+    modelled = regs is not None and regs.ok
+    kinds = [[regs.kind[r][1:] for r in regs.by_step[b]] for b in range(nsteps)] if modelled else []
     for k in range(n):
-        for ins, mv in zip(body, moves):
-            em._issue(shifted(ins, mv, k) if mv else ins)
-            links.append(em._made)
+        if modelled:  # the accesses from the region model, which holds in every iteration
+            for b, (ins, mv) in enumerate(zip(body, moves)):
+                accesses = [(mem, writes, *regs.at(r, k)) for r, (mem, writes) in zip(regs.by_step[b], kinds[b])]
+                em._place(ins.op, _moved_args(ins.args, mv, k) if mv else ins.args, queues[b], accesses)
+                links.append(em._made)
+        else:
+            for ins, mv in zip(body, moves):
+                em._issue(shifted(ins, mv, k) if mv else ins)
+                links.append(em._made)
         if not trying:
             continue
         if k >= TRIES or k == n - 1:
@@ -254,7 +267,7 @@ def issue_loop(em: "Emitter", body: list[Instr], moves: list, n: int, period: in
         if st is None:
             trying = False
             continue
-        snaps.append((st, [list(r) for r in em._known], list(em._last), [set(s) for s in em._pending]))
+        snaps.append((st, [list(r) for r in em._known], list(em._last), list(em._pending)))
         for m in range(1, MULTIPLES + 1):
             t = m * period
             if k - t < 0 or snaps[k - t][0] != st:
@@ -269,41 +282,57 @@ def issue_loop(em: "Emitter", body: list[Instr], moves: list, n: int, period: in
 def _replicate(em: "Emitter", body, moves, n: int, k: int, t: int, start: int, regs: _Regions,
                queues: list[int], links: list[list[int]], snaps: list) -> None:
     """Append iterations ``k+1..n-1`` as copies of iterations ``k+1-t..k`` shifted (see the module
-    docstring) and leave the emitter in the state the last of them gives."""
+    docstring) and leave the emitter in the state the last of them gives.
+
+    The copies' queues and wait flags repeat the template's; their clocks are left to
+    :meth:`Emitter._clock_of` (derived from the template's when an instruction asks for one);
+    their signal flags are set on the shifted producers of the template's links, and their
+    accesses are appended to each access table from the region model."""
     nsteps = len(body)
-    label = em._label
-    ops, qs, waits, signals, sources, clocks = em._ops, em._queues, em._waits, em._signals, em._sources, em._clock_at
-    by_step = regs.by_step
-    tables = [[(em._writes if regs.kind[r][2] else em._reads)[regs.kind[r][1]][queues[b]] for r in by_step[b]]
-              for b in range(nsteps)]
-    sigq = [_QUEUES[q] for q in queues]
-    for i in range(k + 1, n):
-        tpl = i - t * ((i - k - 1) // t + 1)
-        s = (i - tpl) * nsteps
-        base = start + i * nsteps
-        for b, (ins, mv) in enumerate(zip(body, moves)):
-            c = base + b
-            ct = c - s
-            args = shifted(ins, mv, i).args if mv else ins.args
-            ops.append((ins.op, args))
-            qs.append(queues[b])
-            waits.append(waits[ct])
-            signals.append(set())
-            sources.append(label)
-            clocks.append(tuple(v + s if v >= start else v for v in clocks[ct]))
-            for j in links[ct - start]:
-                signals[j + s].add(sigq[b])
-            for r, lst in zip(by_step[b], tables[b]):
-                lo, hi = regs.at(r, i)
-                lst.append((c, lo, hi))
+    first = start + (k + 1) * nsteps  # the first copied instruction
+    template = first - t * nsteps
+    block = t * nsteps
+    count = (n - 1 - k) * nsteps
+    whole, part = divmod(count, block)
+    for lst in (em._queues, em._waits):
+        tpl = lst[template:first]
+        lst.extend(tpl * whole + tpl[:part])
+    em._signals.extend([0] * count)
+    em._sources.extend([em._label] * count)
+    em._clock_at.extend([None] * count)
+    em._copies.append((first, template, block, start))
+    # the producers of each template instruction, relative to the template's start
+    signals = em._signals
+    produced = [(c - template, [j - template for j in links[c - start]], 1 << queues[(c - start) % nsteps])
+                for c in range(template, first) if links[c - start]]
+    for base in range(first, first + count, block):
+        for c, js, bit in produced:
+            if c + base >= first + count:
+                break
+            for j in js:
+                signals[base + j] |= bit
+    # the instructions themselves: a step that does not move keeps its template's fields
+    steps = [(ins.op, ins.args, mv) for ins, mv in zip(body, moves)]
+    em._ops.extend((op, _moved_args(args, mv, i)) if mv else (op, args)
+                   for i in range(k + 1, n) for op, args, mv in steps)
+    # the accesses, table by table (each table's entries in program order)
+    by_table: dict[int, tuple[list, list[tuple[int, int]]]] = {}
+    for r, (b, mem, writes) in enumerate(regs.kind):
+        lst = (em._writes if writes else em._reads)[mem][queues[b]]
+        by_table.setdefault(id(lst), (lst, []))[1].append((r, b))
+    P = regs.period
+    for lst, rs in by_table.values():
+        lst.extend((start + i * nsteps + b,
+                    regs.lo[i % P][r] + i // P * regs.dlo[r], regs.hi[i % P][r] + i // P * regs.dhi[r])
+                   for i in range(k + 1, n) for r, b in rs)
     j = n - 1 - t * ((n - 1 - k - 1) // t + 1) if n - 1 > k else k
     _, known, last, pending = snaps[j]
     shift = (n - 1 - j) * nsteps
     for q, row in enumerate(known):
         em._known[q][:] = [v + shift if v >= start else v for v in row]
     em._last[:] = [v + shift if v >= start else v for v in last]
-    em._pending[:] = [set(p) for p in pending]
-    em.replicated += (n - 1 - k) * nsteps
+    em._pending[:] = pending
+    em.replicated += count
     em._prune()
 
 
