@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from itertools import compress
-from operator import attrgetter, ne
+from operator import attrgetter, itemgetter, ne
 from typing import Sequence
 
 import numpy as np
@@ -248,10 +248,24 @@ def _integer_fields(ins: Instr, _cache: dict = {}) -> frozenset[int]:
     return hit
 
 
-def _fixed(ins: Instr) -> tuple:
-    """The values of the fields a stride cannot move."""
-    ints = _integer_fields(ins)
-    return tuple(v for k, v in enumerate(ins.args) if k not in ints)
+def _fixed(ins: Instr, _getters: dict = {}) -> tuple:
+    """The values of the fields a stride cannot move (read by one getter per mnemonic: rerolling
+    asks it of most instructions several times)."""
+    get = _getters.get(ins.op)
+    if get is None:
+        ints = _integer_fields(ins)
+        get = _getters[ins.op] = _tuple_getter([k for k in range(len(ins.defn.fields)) if k not in ints])
+    return get(ins.args)
+
+
+def _tuple_getter(indices: list[int]):
+    """A function of a tuple returning the tuple of its items at ``indices``."""
+    if not indices:
+        return lambda args: ()
+    if len(indices) == 1:
+        k = indices[0]
+        return lambda args: (args[k],)
+    return itemgetter(*indices)
 
 
 def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
