@@ -661,7 +661,11 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
     applied (the emitter built it so), so only its dependency flags are compared with the first
     one's, and the fields it changes are the moves' offsets from iteration ``v`` -- what
     :func:`_delta` finds comparing the instructions, without comparing them.  An iteration with
-    a rewritten instruction (``touched``) is compared field by field."""
+    a rewritten instruction (``touched``) is compared field by field.
+
+    The moves' offsets of a block of iterations are one array (:class:`_MoveTable`), and the
+    iterations that keep the model (:func:`_advance` would return it unchanged) are found in
+    array operations; :func:`_advance` sees the others, one at a time."""
     if left < 2 or body > MAX_BODY:
         return None
     first = instrs[lo:lo + body]
@@ -670,6 +674,13 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
     flags = [i.deps for i in first]
     key = [(i.op, i.deps, _fixed(i)) for i in first]
     most = len(first) * 8
+    last = min(left, MAX_ITERATIONS)
+    table = _MoveTable(moves, v)
+
+    def plain(c: int) -> bool:
+        """Whether iteration ``v + c`` has no rewritten instruction and the first one's flags."""
+        b = lo + c * body
+        return not _touches(touched, b, b + body) and [i.deps for i in instrs[b:b + body]] == flags
 
     def moved_at(c: int):
         """The fields iteration ``v + c`` changes from iteration ``v``, or None when it does not
@@ -681,26 +692,93 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
             return _delta(first, instrs[b:b + body], most)
         if [i.deps for i in instrs[b:b + body]] != flags:
             return None
-        out: dict[tuple[int, int], int] = {}
-        for j, f, stride, period, phase in moves:
-            d = slot_offset(v + c, stride, period, phase) - slot_offset(v, stride, period, phase)
-            if d:
-                out[(j, f)] = out.get((j, f), 0) + d
-        out = {k: out[k] for k in sorted(out) if out[k]}
-        return out if len(out) <= most else None
+        row = table.offsets(c, c + 1)[0]
+        nz = np.flatnonzero(row)
+        if len(nz) > most:
+            return None
+        return {table.keys[k]: int(row[k]) for k in nz.tolist()}
 
     moved = moved_at(1)
     if moved is None:
         return None
     model = {k: [s, 0, 0] for k, s in moved.items()}
     count = 2
-    while count < left and count < MAX_ITERATIONS:
+    while count < last:
+        count = _kept(table, model, plain, count, last)
+        if count >= last:
+            break
         moved = moved_at(count)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break
         model, count = nxt, count + 1
     return count, [(j, f, *m) for (j, f), m in model.items()]
+
+
+class _MoveTable:
+    """The emitter's moves of a nest as arrays: :meth:`offsets` gives, per iteration ``v + c``
+    and per moved (body offset, field), what the moves add to the field from iteration ``v``
+    (the sum of their :func:`~npuc.isa.loops.slot_offset` differences)."""
+
+    def __init__(self, moves: Sequence[tuple[int, int, int, int, int]], v: int) -> None:
+        self.v = v
+        self.keys = sorted({(j, f) for j, f, *_ in moves})
+        column = {k: c for c, k in enumerate(self.keys)}
+        order = sorted(range(len(moves)), key=lambda m: column[moves[m][:2]])
+        cols = np.array([column[moves[m][:2]] for m in order], dtype=np.int64)
+        params = np.array([moves[m][2:] for m in order], dtype=np.int64).reshape(-1, 3)
+        self.stride, self.period, self.phase = params[:, 0], params[:, 1], params[:, 2]
+        self.rotating = self.period != 0
+        self.safe = np.where(self.rotating, self.period, 1)
+        # the moves of one column are adjacent: reduceat sums them from each column's first
+        self.starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]]) if len(cols) else cols
+        self.base = self._slot_offsets(np.array([v], dtype=np.int64))[0]
+
+    def _slot_offsets(self, ks: np.ndarray) -> np.ndarray:
+        """slot_offset(k, stride, period, phase) of every move (columns) in iterations ``ks`` (rows)."""
+        k = ks[:, None]
+        return np.where(self.rotating, (k + self.phase) % self.safe - self.phase, k) * self.stride
+
+    def offsets(self, c0: int, c1: int) -> np.ndarray:
+        """Rows ``c0`` to ``c1 - 1``: what the moves add per key in iterations ``v + c``, from ``v``."""
+        if not len(self.keys):
+            return np.zeros((c1 - c0, 0), dtype=np.int64)
+        moved = self._slot_offsets(np.arange(self.v + c0, self.v + c1, dtype=np.int64)) - self.base
+        return np.add.reduceat(moved, self.starts, axis=1)
+
+
+def _kept(table: _MoveTable, model: dict, plain, count: int, last: int) -> int:
+    """The first iteration from ``count`` on (before ``last``) that :func:`_nest_run` must pass
+    to :func:`_advance`: one that is not ``plain`` (a rewritten instruction, other flags), or
+    whose offsets are not where ``model`` puts them -- ``last`` when there is none."""
+    column = {k: c for c, k in enumerate(table.keys)}
+    if not model.keys() <= column.keys():
+        return count  # a field no move changes (only a rewritten iteration can have moved it)
+    cols = np.array([column[k] for k in model], dtype=np.int64)
+    params = np.array(list(model.values()), dtype=np.int64).reshape(-1, 3)
+    stride, per, phase = params[:, 0], params[:, 1], params[:, 2]
+    rotating = per != 0
+    safe = np.where(rotating, per, 1)
+    still = np.ones(len(table.keys), dtype=bool)
+    still[cols] = False
+    while count < last:
+        limit = min(last, count + BLOCK)
+        stop = count
+        while stop < limit and plain(stop):
+            stop += 1
+        if stop == count:
+            return count
+        block = table.offsets(count, stop)
+        ks = np.arange(count, stop, dtype=np.int64)[:, None]
+        want = np.where(rotating, (ks + phase) % safe - phase, ks) * stride
+        bad = (block[:, cols] != want).any(axis=1) | (block[:, still] != 0).any(axis=1)
+        hit = np.flatnonzero(bad)
+        if len(hit):
+            return count + int(hit[0])
+        if stop < limit:
+            return stop
+        count = stop
+    return count
 
 
 def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):
