@@ -82,9 +82,10 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
     flags of the instructions it stands for (so the tokens, which the race detector and the
     simulator see per dynamic instruction, are the emitter's), and the iterations where its
     strided fields are extreme or rotate -- the first, the first period of every rotating slot,
-    the last -- must expand to exactly the instructions they stand for, fields and all (so the
-    slots, their offsets, periods and phases are the ones the runs were found with, and every
-    strided field stays in range).  :func:`reroll` and :func:`roll` compare every other
+    the last -- must be exactly the instructions they stand for, fields and all (so the slots,
+    their offsets, periods and phases are the ones the runs were found with, and every strided
+    field stays in range): the first expanded, the others compared as its fields moved by the
+    slots (:func:`_fields_differ`).  :func:`reroll` and :func:`roll` compare every other
     iteration field by field, or know its fields from the emitter's moves, when they find a run;
     :func:`check_expansion` is the full comparison."""
     problem = loop_problem(list(rolled) + ([] if rolled and rolled[-1].op == "END" else [Instr.make("END")]))
@@ -103,7 +104,7 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
         if pos + n * per > len(instrs):
             _mismatch(labels, i, f"the LOOP at instruction {i} runs past the emitted instructions")
         try:
-            first, _ = expand(body)
+            first, origin = expand(body)
             flags = [(x.op, x.deps) for x in first]
             excepted = {k for k, _, _ in exceptions(ins)}  # iterations whose flags a flag exception changes
             for k in range(1, n):
@@ -112,15 +113,41 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
                 if [(x.op, x.deps) for x in instrs[lo:lo + per]] != want:
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} has other flags")
             period = max((sl[5] for sl in slots(ins)), default=0)
-            for k in sorted({0, *range(1, min(n, max(period, 1) + 1)), n - 1}):
-                got = first if k == 0 and 0 not in excepted else expand(_iteration(ins, body, k))[0]
-                if got != list(instrs[pos + k * per:pos + (k + 1) * per]):
+            if (first if 0 not in excepted else expand(_iteration(ins, body, 0))[0]) != list(instrs[pos:pos + per]):
+                _mismatch(labels, i, f"iteration 0 of the LOOP at instruction {i} differs")
+            for k in sorted({*range(1, min(n, max(period, 1) + 1)), n - 1} - {0}):
+                if _fields_differ(ins, first, origin, k, instrs[pos + k * per:pos + (k + 1) * per]):
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} differs")
         except FieldError as e:
             _mismatch(labels, i, str(e))
         pos, i = pos + n * per, i + 1 + ins.args.body
     if pos != len(instrs):
         _mismatch(labels, len(rolled) - 1, f"the program runs {pos} instructions, {len(instrs)} were emitted")
+
+
+def _fields_differ(loop: Instr, first: list[Instr], origin: list[int], k: int, emitted: Sequence[Instr]) -> bool:
+    """Whether iteration ``k`` of ``loop`` has other fields than the ``emitted`` instructions,
+    given its iteration 0 expanded (``first``, and the body instruction each comes from: its
+    ``origin``): iteration ``k`` is iteration 0 with every strided field of a body instruction
+    moved by its slot's offset in each instruction it stands for (inner strides add to outer
+    ones), so it is compared without being built.  Its mnemonics and flags are compared apart;
+    a field found equal to the emitted one is in range, as the emitted instruction is."""
+    adds: dict[int, dict[int, int]] = {}
+    for j, f, stride, period, phase in strides(loop):
+        d = adds.setdefault(j, {})
+        d[f] = d.get(f, 0) + slot_offset(k, stride, period, phase)
+    for x, j, y in zip(first, origin, emitted):
+        add = adds.get(j)
+        if add is None:
+            if x.args != y.args:
+                return True
+            continue
+        vals = list(x.args)
+        for f, a in add.items():
+            vals[f] += a
+        if y.args != tuple(vals):
+            return True
+    return False
 
 
 def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
