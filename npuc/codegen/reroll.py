@@ -219,7 +219,10 @@ class _Units:
         LOOP's every field), the label."""
         lo, hi = self.starts[u], self.starts[u + 1]
         first = self.instrs[lo]
-        shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
+        if hi == lo + 1:  # most units: one plain instruction
+            shape = ((first.op, first.deps, first.args if first.op == "LOOP" else _fixed(first)),)
+        else:
+            shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
         return shape, self.labels[lo], first.op == "END"
 
 
@@ -251,13 +254,15 @@ class _FlatValues:
         offsets = [0]
         vals: list[int] = []
         fields: list[int] = []
+        readers: dict[str, tuple] = {}  # per mnemonic: its integer fields' getter and indices
         for ins in instrs:
-            ords = ordinals.get(ins.op)
-            if ords is None:
-                ords = ordinals[ins.op] = {f: k for k, f in enumerate(sorted(_integer_fields(ins)))}
-            args = ins.args
-            vals.extend(args[f] for f in ords)
-            fields.extend(ords)
+            reader = readers.get(ins.op)
+            if reader is None:
+                ints = sorted(_integer_fields(ins))
+                ordinals[ins.op] = {f: k for k, f in enumerate(ints)}
+                reader = readers[ins.op] = (_tuple_getter(ints), ints)
+            vals.extend(reader[0](ins.args))
+            fields.extend(reader[1])
             offsets.append(len(vals))
         try:
             flat = np.array(vals, dtype=np.int64)
@@ -323,10 +328,15 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     or None when it does not fit.  ``model[(offset, field)] = [stride, period, phase]``: each
     field moves by k x stride, or, once it is seen to rotate, by
     ``slot_offset(k, stride, period, phase)`` (:func:`npuc.isa.loops.slot_offset`)."""
+    # A field that moves for the first time ends the run, however many fields came back to
+    # their first value in this repetition (counting keys would let one hide the other).
+    if not moved.keys() <= model.keys():
+        return None
     new = None
+    get = moved.get
     for key, (stride, period, phase) in model.items():
-        got = moved.get(key, 0)
-        if got == slot_offset(k, stride, period, phase):
+        got = get(key, 0)
+        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:
@@ -334,10 +344,6 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
                 new = dict(model)
             new[key] = list(rotation)
             continue
-        return None
-    # A field that moves for the first time ends the run, however many fields came back to
-    # their first value in this repetition (counting keys would let one hide the other).
-    if not moved.keys() <= model.keys():
         return None
     return model if new is None else new
 
