@@ -644,9 +644,11 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
                 labs.extend(encoded_labs)
                 u += count
                 continue
-            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
-            if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
-                                       for k in range(1, LOOKAHEAD + 2)):
+            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase);
+            # a run from u + k covers at most the n - u - k iterations left, so only where those
+            # are more than got's + k is it looked for
+            if got is not None and any(n - u - k > got[0] + k and (r := run_at(u + k)) is not None
+                                       and r[0] > got[0] + k for k in range(1, LOOKAHEAD + 2)):
                 got = None
             if got is not None and not hopeless:
                 got = _encoded_run(instrs, labels, lo, body, *got)
