@@ -237,11 +237,11 @@ def _flag_period(instrs: Sequence[Instr], start: int, body: int, n: int) -> tupl
     iterations of the nest's longest run of equal flags and at least three periods; or None."""
     if n < 6:
         return None
-    keys: dict[tuple, int] = {}
-    sig = [keys.setdefault(tuple(i.deps for i in instrs[start + v * body:start + (v + 1) * body]), len(keys))
-           for v in range(n)]
-    if len(keys) < 2:
+    flags = [[i.deps for i in instrs[start + v * body:start + (v + 1) * body]] for v in range(n)]
+    if all(f == flags[0] for f in flags):  # most nests (compared as lists: shared flags compare by identity)
         return None
+    keys: dict[tuple, int] = {}
+    sig = [keys.setdefault(tuple(f), len(keys)) for f in flags]
     longest = run = 1
     for a, b in zip(sig, sig[1:]):
         run = run + 1 if a == b else 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from itertools import compress
-from operator import attrgetter, ne
+from operator import attrgetter, itemgetter, ne
 from typing import Sequence
 
 import numpy as np
@@ -82,9 +82,10 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
     flags of the instructions it stands for (so the tokens, which the race detector and the
     simulator see per dynamic instruction, are the emitter's), and the iterations where its
     strided fields are extreme or rotate -- the first, the first period of every rotating slot,
-    the last -- must expand to exactly the instructions they stand for, fields and all (so the
-    slots, their offsets, periods and phases are the ones the runs were found with, and every
-    strided field stays in range).  :func:`reroll` and :func:`roll` compare every other
+    the last -- must be exactly the instructions they stand for, fields and all (so the slots,
+    their offsets, periods and phases are the ones the runs were found with, and every strided
+    field stays in range): the first expanded, the others compared as its fields moved by the
+    slots (:func:`_fields_differ`).  :func:`reroll` and :func:`roll` compare every other
     iteration field by field, or know its fields from the emitter's moves, when they find a run;
     :func:`check_expansion` is the full comparison."""
     problem = loop_problem(list(rolled) + ([] if rolled and rolled[-1].op == "END" else [Instr.make("END")]))
@@ -103,7 +104,7 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
         if pos + n * per > len(instrs):
             _mismatch(labels, i, f"the LOOP at instruction {i} runs past the emitted instructions")
         try:
-            first, _ = expand(body)
+            first, origin = expand(body)
             flags = [(x.op, x.deps) for x in first]
             excepted = {k for k, _, _ in exceptions(ins)}  # iterations whose flags a flag exception changes
             for k in range(1, n):
@@ -112,15 +113,41 @@ def check_loops(rolled: Sequence[Instr], instrs: Sequence[Instr], labels: Sequen
                 if [(x.op, x.deps) for x in instrs[lo:lo + per]] != want:
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} has other flags")
             period = max((sl[5] for sl in slots(ins)), default=0)
-            for k in sorted({0, *range(1, min(n, max(period, 1) + 1)), n - 1}):
-                got = first if k == 0 and 0 not in excepted else expand(_iteration(ins, body, k))[0]
-                if got != list(instrs[pos + k * per:pos + (k + 1) * per]):
+            if (first if 0 not in excepted else expand(_iteration(ins, body, 0))[0]) != list(instrs[pos:pos + per]):
+                _mismatch(labels, i, f"iteration 0 of the LOOP at instruction {i} differs")
+            for k in sorted({*range(1, min(n, max(period, 1) + 1)), n - 1} - {0}):
+                if _fields_differ(ins, first, origin, k, instrs[pos + k * per:pos + (k + 1) * per]):
                     _mismatch(labels, i, f"iteration {k} of the LOOP at instruction {i} differs")
         except FieldError as e:
             _mismatch(labels, i, str(e))
         pos, i = pos + n * per, i + 1 + ins.args.body
     if pos != len(instrs):
         _mismatch(labels, len(rolled) - 1, f"the program runs {pos} instructions, {len(instrs)} were emitted")
+
+
+def _fields_differ(loop: Instr, first: list[Instr], origin: list[int], k: int, emitted: Sequence[Instr]) -> bool:
+    """Whether iteration ``k`` of ``loop`` has other fields than the ``emitted`` instructions,
+    given its iteration 0 expanded (``first``, and the body instruction each comes from: its
+    ``origin``): iteration ``k`` is iteration 0 with every strided field of a body instruction
+    moved by its slot's offset in each instruction it stands for (inner strides add to outer
+    ones), so it is compared without being built.  Its mnemonics and flags are compared apart;
+    a field found equal to the emitted one is in range, as the emitted instruction is."""
+    adds: dict[int, dict[int, int]] = {}
+    for j, f, stride, period, phase in strides(loop):
+        d = adds.setdefault(j, {})
+        d[f] = d.get(f, 0) + slot_offset(k, stride, period, phase)
+    for x, j, y in zip(first, origin, emitted):
+        add = adds.get(j)
+        if add is None:
+            if x.args != y.args:
+                return True
+            continue
+        vals = list(x.args)
+        for f, a in add.items():
+            vals[f] += a
+        if y.args != tuple(vals):
+            return True
+    return False
 
 
 def _iteration(loop: Instr, body: list[Instr], k: int) -> list[Instr]:
@@ -192,7 +219,10 @@ class _Units:
         LOOP's every field), the label."""
         lo, hi = self.starts[u], self.starts[u + 1]
         first = self.instrs[lo]
-        shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
+        if hi == lo + 1:  # most units: one plain instruction
+            shape = ((first.op, first.deps, first.args if first.op == "LOOP" else _fixed(first)),)
+        else:
+            shape = tuple((i.op, i.deps, i.args if i.op == "LOOP" else _fixed(i)) for i in self.instrs[lo:hi])
         return shape, self.labels[lo], first.op == "END"
 
 
@@ -224,13 +254,15 @@ class _FlatValues:
         offsets = [0]
         vals: list[int] = []
         fields: list[int] = []
+        readers: dict[str, tuple] = {}  # per mnemonic: its integer fields' getter and indices
         for ins in instrs:
-            ords = ordinals.get(ins.op)
-            if ords is None:
-                ords = ordinals[ins.op] = {f: k for k, f in enumerate(sorted(_integer_fields(ins)))}
-            args = ins.args
-            vals.extend(args[f] for f in ords)
-            fields.extend(ords)
+            reader = readers.get(ins.op)
+            if reader is None:
+                ints = sorted(_integer_fields(ins))
+                ordinals[ins.op] = {f: k for k, f in enumerate(ints)}
+                reader = readers[ins.op] = (_tuple_getter(ints), ints)
+            vals.extend(reader[0](ins.args))
+            fields.extend(reader[1])
             offsets.append(len(vals))
         try:
             flat = np.array(vals, dtype=np.int64)
@@ -248,10 +280,24 @@ def _integer_fields(ins: Instr, _cache: dict = {}) -> frozenset[int]:
     return hit
 
 
-def _fixed(ins: Instr) -> tuple:
-    """The values of the fields a stride cannot move."""
-    ints = _integer_fields(ins)
-    return tuple(v for k, v in enumerate(ins.args) if k not in ints)
+def _fixed(ins: Instr, _getters: dict = {}) -> tuple:
+    """The values of the fields a stride cannot move (read by one getter per mnemonic: rerolling
+    asks it of most instructions several times)."""
+    get = _getters.get(ins.op)
+    if get is None:
+        ints = _integer_fields(ins)
+        get = _getters[ins.op] = _tuple_getter([k for k in range(len(ins.defn.fields)) if k not in ints])
+    return get(ins.args)
+
+
+def _tuple_getter(indices: list[int]):
+    """A function of a tuple returning the tuple of its items at ``indices``."""
+    if not indices:
+        return lambda args: ()
+    if len(indices) == 1:
+        k = indices[0]
+        return lambda args: (args[k],)
+    return itemgetter(*indices)
 
 
 def _delta(a: Sequence[Instr], b: Sequence[Instr], most: int = MAX_MOVES) -> dict[tuple[int, int], int] | None:
@@ -282,10 +328,15 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     or None when it does not fit.  ``model[(offset, field)] = [stride, period, phase]``: each
     field moves by k x stride, or, once it is seen to rotate, by
     ``slot_offset(k, stride, period, phase)`` (:func:`npuc.isa.loops.slot_offset`)."""
+    # A field that moves for the first time ends the run, however many fields came back to
+    # their first value in this repetition (counting keys would let one hide the other).
+    if not moved.keys() <= model.keys():
+        return None
     new = None
+    get = moved.get
     for key, (stride, period, phase) in model.items():
-        got = moved.get(key, 0)
-        if got == slot_offset(k, stride, period, phase):
+        got = get(key, 0)
+        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:
@@ -293,10 +344,6 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
                 new = dict(model)
             new[key] = list(rotation)
             continue
-        return None
-    # A field that moves for the first time ends the run, however many fields came back to
-    # their first value in this repetition (counting keys would let one hide the other).
-    if not moved.keys() <= model.keys():
         return None
     return model if new is None else new
 
@@ -597,9 +644,11 @@ def roll(instrs: Sequence[Instr], labels: Sequence[str], loops: Sequence[tuple[i
                 labs.extend(encoded_labs)
                 u += count
                 continue
-            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase)
-            if got is not None and any((r := run_at(u + k)) is not None and r[0] > got[0] + k
-                                       for k in range(1, LOOKAHEAD + 2)):
+            # peel an iteration that spoils a longer run (the first of a pipeline, out of phase);
+            # a run from u + k covers at most the n - u - k iterations left, so only where those
+            # are more than got's + k is it looked for
+            if got is not None and any(n - u - k > got[0] + k and (r := run_at(u + k)) is not None
+                                       and r[0] > got[0] + k for k in range(1, LOOKAHEAD + 2)):
                 got = None
             if got is not None and not hopeless:
                 got = _encoded_run(instrs, labels, lo, body, *got)
@@ -647,7 +696,11 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
     applied (the emitter built it so), so only its dependency flags are compared with the first
     one's, and the fields it changes are the moves' offsets from iteration ``v`` -- what
     :func:`_delta` finds comparing the instructions, without comparing them.  An iteration with
-    a rewritten instruction (``touched``) is compared field by field."""
+    a rewritten instruction (``touched``) is compared field by field.
+
+    The moves' offsets of a block of iterations are one array (:class:`_MoveTable`), and the
+    iterations that keep the model (:func:`_advance` would return it unchanged) are found in
+    array operations; :func:`_advance` sees the others, one at a time."""
     if left < 2 or body > MAX_BODY:
         return None
     first = instrs[lo:lo + body]
@@ -656,6 +709,13 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
     flags = [i.deps for i in first]
     key = [(i.op, i.deps, _fixed(i)) for i in first]
     most = len(first) * 8
+    last = min(left, MAX_ITERATIONS)
+    table = _MoveTable(moves, v)
+
+    def plain(c: int) -> bool:
+        """Whether iteration ``v + c`` has no rewritten instruction and the first one's flags."""
+        b = lo + c * body
+        return not _touches(touched, b, b + body) and [i.deps for i in instrs[b:b + body]] == flags
 
     def moved_at(c: int):
         """The fields iteration ``v + c`` changes from iteration ``v``, or None when it does not
@@ -667,26 +727,93 @@ def _nest_run(instrs: Sequence[Instr], lo: int, body: int, left: int,
             return _delta(first, instrs[b:b + body], most)
         if [i.deps for i in instrs[b:b + body]] != flags:
             return None
-        out: dict[tuple[int, int], int] = {}
-        for j, f, stride, period, phase in moves:
-            d = slot_offset(v + c, stride, period, phase) - slot_offset(v, stride, period, phase)
-            if d:
-                out[(j, f)] = out.get((j, f), 0) + d
-        out = {k: out[k] for k in sorted(out) if out[k]}
-        return out if len(out) <= most else None
+        row = table.offsets(c, c + 1)[0]
+        nz = np.flatnonzero(row)
+        if len(nz) > most:
+            return None
+        return {table.keys[k]: int(row[k]) for k in nz.tolist()}
 
     moved = moved_at(1)
     if moved is None:
         return None
     model = {k: [s, 0, 0] for k, s in moved.items()}
     count = 2
-    while count < left and count < MAX_ITERATIONS:
+    while count < last:
+        count = _kept(table, model, plain, count, last)
+        if count >= last:
+            break
         moved = moved_at(count)
         nxt = None if moved is None else _advance(model, moved, count)
         if nxt is None:
             break
         model, count = nxt, count + 1
     return count, [(j, f, *m) for (j, f), m in model.items()]
+
+
+class _MoveTable:
+    """The emitter's moves of a nest as arrays: :meth:`offsets` gives, per iteration ``v + c``
+    and per moved (body offset, field), what the moves add to the field from iteration ``v``
+    (the sum of their :func:`~npuc.isa.loops.slot_offset` differences)."""
+
+    def __init__(self, moves: Sequence[tuple[int, int, int, int, int]], v: int) -> None:
+        self.v = v
+        self.keys = sorted({(j, f) for j, f, *_ in moves})
+        column = {k: c for c, k in enumerate(self.keys)}
+        order = sorted(range(len(moves)), key=lambda m: column[moves[m][:2]])
+        cols = np.array([column[moves[m][:2]] for m in order], dtype=np.int64)
+        params = np.array([moves[m][2:] for m in order], dtype=np.int64).reshape(-1, 3)
+        self.stride, self.period, self.phase = params[:, 0], params[:, 1], params[:, 2]
+        self.rotating = self.period != 0
+        self.safe = np.where(self.rotating, self.period, 1)
+        # the moves of one column are adjacent: reduceat sums them from each column's first
+        self.starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]]) if len(cols) else cols
+        self.base = self._slot_offsets(np.array([v], dtype=np.int64))[0]
+
+    def _slot_offsets(self, ks: np.ndarray) -> np.ndarray:
+        """slot_offset(k, stride, period, phase) of every move (columns) in iterations ``ks`` (rows)."""
+        k = ks[:, None]
+        return np.where(self.rotating, (k + self.phase) % self.safe - self.phase, k) * self.stride
+
+    def offsets(self, c0: int, c1: int) -> np.ndarray:
+        """Rows ``c0`` to ``c1 - 1``: what the moves add per key in iterations ``v + c``, from ``v``."""
+        if not len(self.keys):
+            return np.zeros((c1 - c0, 0), dtype=np.int64)
+        moved = self._slot_offsets(np.arange(self.v + c0, self.v + c1, dtype=np.int64)) - self.base
+        return np.add.reduceat(moved, self.starts, axis=1)
+
+
+def _kept(table: _MoveTable, model: dict, plain, count: int, last: int) -> int:
+    """The first iteration from ``count`` on (before ``last``) that :func:`_nest_run` must pass
+    to :func:`_advance`: one that is not ``plain`` (a rewritten instruction, other flags), or
+    whose offsets are not where ``model`` puts them -- ``last`` when there is none."""
+    column = {k: c for c, k in enumerate(table.keys)}
+    if not model.keys() <= column.keys():
+        return count  # a field no move changes (only a rewritten iteration can have moved it)
+    cols = np.array([column[k] for k in model], dtype=np.int64)
+    params = np.array(list(model.values()), dtype=np.int64).reshape(-1, 3)
+    stride, per, phase = params[:, 0], params[:, 1], params[:, 2]
+    rotating = per != 0
+    safe = np.where(rotating, per, 1)
+    still = np.ones(len(table.keys), dtype=bool)
+    still[cols] = False
+    while count < last:
+        limit = min(last, count + BLOCK)
+        stop = count
+        while stop < limit and plain(stop):
+            stop += 1
+        if stop == count:
+            return count
+        block = table.offsets(count, stop)
+        ks = np.arange(count, stop, dtype=np.int64)[:, None]
+        want = np.where(rotating, (ks + phase) % safe - phase, ks) * stride
+        bad = (block[:, cols] != want).any(axis=1) | (block[:, still] != 0).any(axis=1)
+        hit = np.flatnonzero(bad)
+        if len(hit):
+            return count + int(hit[0])
+        if stop < limit:
+            return stop
+        count = stop
+    return count
 
 
 def _known_run(instrs: Sequence[Instr], labels: Sequence[str], lo: int, body: int, left: int):

@@ -251,23 +251,43 @@ def _expand(instrs, lo: int, hi: int, delta: dict[int, dict[int, int]], out: lis
 
 
 def _moved(ins: Instr, delta: dict[int, int], index: int) -> Instr:
+    """``ins`` with ``delta`` ({field index: add}) added to its fields; raises FieldError when a
+    field leaves its range or the fields no longer fit together."""
     d = ins.defn
-    changes = {}
+    vals = None
+    ranges = _ranges(d)
     for f_index, add in delta.items():
         if add:
-            f = d.fields[f_index]
-            v = ins.args[f_index] + add
-            reason = f.problem(v)
-            if reason:
-                raise FieldError(f"instruction {index} `{ins}` in a LOOP: field '{f.name}' {reason}")
-            changes[f.name] = v
-    if not changes:
+            if vals is None:
+                vals = list(ins.args)
+            v = vals[f_index] + add
+            lo, hi = ranges[f_index]
+            if not (type(v) is int and lo <= v <= hi):  # an integer field in range needs no other check
+                f = d.fields[f_index]
+                reason = f.problem(v)
+                if reason:
+                    raise FieldError(f"instruction {index} `{ins}` in a LOOP: field '{f.name}' {reason}")
+            vals[f_index] = v
+    if vals is None:
         return ins
-    args = ins.args._replace(**changes)
+    args = type(ins.args)._make(vals)
     reason = d.validate(args)
     if reason:
         raise FieldError(f"instruction {index} `{ins}` in a LOOP: {reason}")
     return Instr(ins.op, args, ins.deps)
+
+
+_RANGES: dict[str, tuple[tuple[int, int], ...]] = {}
+
+
+def _ranges(d) -> tuple[tuple[int, int], ...]:
+    """Per field of definition ``d``: the legal range of an integer value of a ``uint``/``sint``
+    field, an empty one for a field of another kind (whose values :meth:`Field.problem` checks)."""
+    hit = _RANGES.get(d.name)
+    if hit is None:
+        hit = _RANGES[d.name] = tuple((f.min_value, f.max_value) if f.kind in ("uint", "sint") else (1, 0)
+                                      for f in d.fields)
+    return hit
 
 
 def loop_instr(n: int, body: int, used: Sequence[Slot], flag_exceptions: Sequence[Exception] = ()) -> Instr:
@@ -277,18 +297,26 @@ def loop_instr(n: int, body: int, used: Sequence[Slot], flag_exceptions: Sequenc
         raise FieldError(f"a LOOP has {SLOTS} stride slots, {len(used)} asked")
     if len(flag_exceptions) > EXCEPTIONS:
         raise FieldError(f"a LOOP has {EXCEPTIONS} flag exceptions, {len(flag_exceptions)} asked")
-    fields = {"n": n, "body": body}
+    defn, defaults, index = _loop_defaults()
+    fields = [("n", n), ("body", body)]
     for k, (j, d, r, f, s, p, h) in enumerate(used):
-        fields.update({f"i{k}": j, f"d{k}": d, f"r{k}": r, f"f{k}": f, f"s{k}": s, f"p{k}": p, f"{PHASE_FIELD}{k}": h})
+        fields += [(f"i{k}", j), (f"d{k}", d), (f"r{k}", r), (f"f{k}", f), (f"s{k}", s), (f"p{k}", p),
+                   (f"{PHASE_FIELD}{k}", h)]
     for e, x in enumerate(sorted(exception_value(*x) for x in flag_exceptions)):
-        fields[f"{EXCEPTION_FIELD}{e}"] = x
-    # what Instr.make does, from the LOOP's default fields (a LOOP has 114; rerolling builds thousands)
-    defn, defaults = _loop_defaults()
-    for name, v in fields.items():
-        reason = defn.field(name).problem(v)
-        if reason:
-            raise FieldError(f"LOOP field '{name}' {reason}")
-    args = defaults._replace(**fields)
+        fields.append((f"{EXCEPTION_FIELD}{e}", x))
+    # what Instr.make does, from the LOOP's default fields by position (a LOOP has 114 fields;
+    # rerolling builds thousands)
+    vals = list(defaults)
+    ranges = _ranges(defn)
+    for name, v in fields:
+        k = index[name]
+        lo, hi = ranges[k]
+        if not (type(v) is int and lo <= v <= hi):
+            reason = defn.fields[k].problem(v)
+            if reason:
+                raise FieldError(f"LOOP field '{name}' {reason}")
+        vals[k] = v
+    args = defaults._make(vals)
     reason = defn.validate(args)
     if reason:
         raise FieldError(f"LOOP: {reason}")
@@ -299,11 +327,13 @@ _LOOP_DEFAULTS: list = []
 
 
 def _loop_defaults():
-    """The LOOP's definition and its args with every field at its default (n = body = 1)."""
+    """The LOOP's definition, its args with every field at its default (n = body = 1) and the
+    position of each field by name."""
     if not _LOOP_DEFAULTS:
         from npuc.isa.instr import get_def
 
-        _LOOP_DEFAULTS.append((get_def("LOOP"), Instr.make("LOOP", n=1, body=1).args))
+        defaults = Instr.make("LOOP", n=1, body=1).args
+        _LOOP_DEFAULTS.append((get_def("LOOP"), defaults, {name: k for k, name in enumerate(defaults._fields)}))
     return _LOOP_DEFAULTS[0]
 
 
