@@ -43,17 +43,13 @@ class DType(enum.IntEnum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.fp16, DType.fp32)
+        return self >= DType.fp16  # fp16 and fp32, the last two values
 
 
-_SIZE = {DType.int8: 1, DType.int16: 2, DType.int32: 4, DType.fp16: 2, DType.fp32: 4}
-_NP = {
-    DType.int8: np.dtype(np.int8),
-    DType.int16: np.dtype("<i2"),
-    DType.int32: np.dtype("<i4"),
-    DType.fp16: np.dtype("<f2"),
-    DType.fp32: np.dtype("<f4"),
-}
+# Indexed by the member's value (a tuple index reads the int directly; a dict lookup would hash
+# the member through Enum.__hash__, in Python, on every access of these hot properties).
+_SIZE = (1, 2, 4, 2, 4)
+_NP = (np.dtype(np.int8), np.dtype("<i2"), np.dtype("<i4"), np.dtype("<f2"), np.dtype("<f4"))
 
 
 class Space(enum.IntEnum):

@@ -10,37 +10,55 @@ the DMA timing (DRAM bursts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from npuc.isa.enums import Mem
 
 
-@dataclass(frozen=True)
-class Region:
-    """A strided block: element ``idx`` lives at ``addr + sum(idx[i] * strides[i])``."""
-
+class _Fields(NamedTuple):
     mem: Mem
     addr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: np.dtype
-    access: str = "r"  # "r", "w" or "rw" (read-modify-write: accumulate)
-    name: str = ""
+    access: str  # "r", "w" or "rw" (read-modify-write: accumulate)
+    name: str
+    count: int  # elements accessed
+    nbytes: int  # bytes moved (broadcasts counted each time)
+    end: int  # one past the last byte touched
 
-    count: int = field(init=False, compare=False, repr=False)  # elements accessed
-    nbytes: int = field(init=False, compare=False, repr=False)  # bytes moved (broadcasts counted each time)
-    end: int = field(init=False, compare=False, repr=False)  # one past the last byte touched
 
-    def __post_init__(self) -> None:
-        count, end = 1, self.addr + self.dtype.itemsize
-        for n, s in zip(self.shape, self.strides):
+_GIVEN = ("mem", "addr", "shape", "strides", "dtype", "access", "name")
+
+
+class Region(_Fields):
+    """A strided block: element ``idx`` lives at ``addr + sum(idx[i] * strides[i])``.
+
+    An immutable value (a named tuple: every instruction the emitter checks builds a few, so
+    construction is kept cheap); ``count``, ``nbytes`` and ``end`` are derived from the rest."""
+
+    __slots__ = ()
+
+    def __new__(cls, mem: Mem, addr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,
+                access: str = "r", name: str = "") -> "Region":
+        es = dtype.itemsize
+        count, end = 1, addr + es
+        for n, s in zip(shape, strides):
             count *= n
             end += (n - 1) * s
-        object.__setattr__(self, "count", count)
-        object.__setattr__(self, "nbytes", count * self.dtype.itemsize)
-        object.__setattr__(self, "end", end)
+        return tuple.__new__(cls, (mem, addr, shape, strides, dtype, access, name, count, count * es, end))
+
+    def _replace(self, **changes) -> "Region":
+        """A copy with some of the given fields changed (the derived ones computed anew)."""
+        derived = {"count", "nbytes", "end"} & changes.keys()
+        if derived:
+            raise ValueError(f"Region fields {sorted(derived)} are derived, not given")
+        unknown = changes.keys() - set(_GIVEN)
+        if unknown:
+            raise ValueError(f"Region has no fields {sorted(unknown)}")
+        return Region(*[changes.get(k, getattr(self, k)) for k in _GIVEN])
 
     @property
     def itemsize(self) -> int:
