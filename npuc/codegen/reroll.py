@@ -336,7 +336,7 @@ def _advance(model: dict[tuple[int, int], list[int]], moved: dict[tuple[int, int
     get = moved.get
     for key, (stride, period, phase) in model.items():
         got = get(key, 0)
-        if got == (((k + phase) % period - phase) * stride if period else k * stride):  # slot_offset
+        if got == slot_offset(k, stride, period, phase):
             continue
         rotation = None if period else _rotation(stride, got, k)
         if rotation is not None:

@@ -194,7 +194,7 @@ class FieldError(ValueError):
 _RANGES: dict[int, tuple[InstrDef, tuple[tuple[int, int], ...]]] = {}
 
 
-def _int_ranges(d: InstrDef) -> tuple[tuple[int, int], ...]:
+def int_ranges(d: InstrDef) -> tuple[tuple[int, int], ...]:
     """Per field of ``d``: the legal range of a plain integer value (an empty one for other kinds)."""
     hit = _RANGES.get(id(d))
     if hit is None or hit[0] is not d:
@@ -210,7 +210,7 @@ def build_args(d: InstrDef, given: Mapping[str, Any]) -> Any:
     if unknown:
         raise FieldError(f"{d.name} has no field '{unknown[0]}' (fields: {', '.join(d.args_type._fields)})")
     values: dict[str, Any] = {}
-    for f, (lo, hi) in zip(d.fields, _int_ranges(d)):
+    for f, (lo, hi) in zip(d.fields, int_ranges(d)):
         if f.name in given:
             v = given[f.name]
         elif f.default is None:

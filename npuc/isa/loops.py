@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from npuc.isa.instr import DEP_BITS, Deps, FieldError, Instr
+from npuc.isa.instr import DEP_BITS, Deps, FieldError, Instr, int_ranges
 
 SLOTS = 16
 STRIDE_BITS = 32
@@ -255,7 +255,7 @@ def _moved(ins: Instr, delta: dict[int, int], index: int) -> Instr:
     field leaves its range or the fields no longer fit together."""
     d = ins.defn
     vals = None
-    ranges = _ranges(d)
+    ranges = int_ranges(d)
     for f_index, add in delta.items():
         if add:
             if vals is None:
@@ -277,19 +277,6 @@ def _moved(ins: Instr, delta: dict[int, int], index: int) -> Instr:
     return Instr(ins.op, args, ins.deps)
 
 
-_RANGES: dict[str, tuple[tuple[int, int], ...]] = {}
-
-
-def _ranges(d) -> tuple[tuple[int, int], ...]:
-    """Per field of definition ``d``: the legal range of an integer value of a ``uint``/``sint``
-    field, an empty one for a field of another kind (whose values :meth:`Field.problem` checks)."""
-    hit = _RANGES.get(d.name)
-    if hit is None:
-        hit = _RANGES[d.name] = tuple((f.min_value, f.max_value) if f.kind in ("uint", "sint") else (1, 0)
-                                      for f in d.fields)
-    return hit
-
-
 def loop_instr(n: int, body: int, used: Sequence[Slot], flag_exceptions: Sequence[Exception] = ()) -> Instr:
     """A LOOP instruction repeating ``body`` instructions ``n`` times with the ``used`` slots and
     the flag exceptions ``flag_exceptions`` ((iteration, body offset, flag bits) each)."""
@@ -307,7 +294,7 @@ def loop_instr(n: int, body: int, used: Sequence[Slot], flag_exceptions: Sequenc
     # what Instr.make does, from the LOOP's default fields by position (a LOOP has 114 fields;
     # rerolling builds thousands)
     vals = list(defaults)
-    ranges = _ranges(defn)
+    ranges = int_ranges(defn)
     for name, v in fields:
         k = index[name]
         lo, hi = ranges[k]
