@@ -29,7 +29,6 @@ per-layer lower bounds read the stored sizes from it.
 from __future__ import annotations
 
 import zlib
-from dataclasses import replace
 
 import numpy as np
 
@@ -210,7 +209,7 @@ def _grouped_blocks(programs, users, regions) -> list[tuple[tuple, Region]]:
             n2 = sum(programs[pi][ii].args.n2 for pi, ii in group)
             key = (first.dram_addr, n2) + _block_key(programs[group[0][0]][group[0][1]])[2:]
             r = regions[group[0]]
-            out.append((key, replace(r, shape=(n2,) + r.shape[1:], strides=(first.dram_s2,) + r.strides[1:])))
+            out.append((key, r._replace(shape=(n2,) + r.shape[1:], strides=(first.dram_s2,) + r.strides[1:])))
 
     for ref in users:
         a = programs[ref[0]][ref[1]].args
