@@ -72,6 +72,7 @@ def test_int8_fused_se_network_equals_the_integer_reference(name):
     g = run_graph_passes(import_quantized(model, inputs, calibration, name=name))
     art, kinds = _compile(g, "int8")
     assert "pooled_chain" in kinds or name not in TWO_PASSES
+    assert any(p.memory == "scratchpad" for p in art.compiled.plan.placed), "no tensor kept on chip"
     outs = _checked_run(art, inputs, name)
     for got, want in zip(outs, interpret(g, *inputs)):
         assert torch.equal(got, want), f"{name}: {int((got != want).sum())} of {want.numel()} values differ"
