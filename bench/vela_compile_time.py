@@ -73,9 +73,10 @@ def cold_start() -> None:
     """Forget what npuc memoises within a process (tiling choices and prices, depthwise
     schedules, instruction times), so that a compile costs what a fresh process's would."""
     from npuc.codegen.kernels import vector_depthwise
-    from npuc.schedule import search
+    from npuc.schedule import search, vector_cost
 
     search.clear_memo()
+    vector_cost.clear_memo()
     vector_depthwise._CHOICES.clear()
 
 

@@ -275,14 +275,19 @@ def kernel_steps(m: LoweredModel) -> list[int]:
     return out
 
 
-def _traffic_table(m: LoweredModel, kernels: list[Kernel], splits: tuple[int, ...], buffers: dict
-                   ) -> list[list[Traffic | None]]:
+def _traffic_table(m: LoweredModel, kernels: list[Kernel], splits: tuple[int, ...], buffers: dict,
+                   needed: list[bool] | None = None) -> list[list[Traffic | None]]:
     """table[i][j]: kernel i planned on the scratchpad less split j (None: it cannot be, nor at
-    any larger split); a plan that fits a larger split is kept for it."""
+    any larger split); a plan that fits a larger split is kept for it.  A kernel not ``needed``
+    at any split but 0 (no candidate for the scratchpad is live at its step: nothing is kept
+    beside it, so only its split-0 plan is ever read) gets that plan in every column."""
     size = m.target.scratchpad.size_bytes
     table = []
-    for k in kernels:
+    for i, k in enumerate(kernels):
         row: list[Traffic | None] = []
+        if needed is not None and not needed[i]:
+            table.append([kernel_traffic(k, m, size, buffers)] * len(splits))
+            continue
         for r in splits:
             prev = row[-1] if row else None
             if row and prev is None:
@@ -389,7 +394,10 @@ def choose_on_chip(m: LoweredModel, cycles_not_worse: bool = False) -> OnChip:
     kernels = [lk.kernel for s in m.segments if isinstance(s, NpuSegment) for lk in s.kernels]
     steps = kernel_steps(m)
     splits = split_sizes(m.target)
-    table = _traffic_table(m, kernels, splits, buffers)
+    # only a kernel beside a candidate is ever read at a split but 0 (by _pack_under's caps, the
+    # savings of the tensors it touches, and the energy and cycles at the splits of a choice)
+    needed = [any(life[b.name][0] <= st <= life[b.name][1] for b in cands) for st in steps]
+    table = _traffic_table(m, kernels, splits, buffers, needed)
     baseline = _network_energy(m, [row[0] for row in table])
     considered = [(0, baseline)]
     choices = []

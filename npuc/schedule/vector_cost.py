@@ -113,8 +113,7 @@ def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
     accesses: list[dict[Mem, _Accesses]] = [{} for _ in range(_NQ)]  # per queue, per memory: its regions
     implied: list[tuple[int, ...]] = []  # per step: per queue, the latest step complete before it starts
     last_of = [-1] * _NQ  # each queue's latest step
-    placed: dict[tuple, tuple] = {}  # (op, fields) -> shape, regions, resource, record without tokens
-    shapes: dict[tuple, _Shape] = {}
+    placed, shapes = _placements(target)
     out: list[MachineStep] = []
     for index, s in enumerate(steps):
         at = placed.get((s.op, s.fields))
@@ -157,6 +156,30 @@ def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
     return out
 
 
+_PLACED: dict[Any, tuple[dict, dict]] = {}  # target -> ((op, fields) -> placement, shape key -> shape)
+_PLACED_KEPT = 1 << 16  # placements kept per target before they are forgotten
+
+
+def _placements(target: Any) -> tuple[dict, dict]:
+    """The placements (``_place``'s results, by op and fields) and shapes worked out so far for
+    ``target``: a pure function of the step and the target, shared by every walk (the programs
+    the cost model compares share most of their steps)."""
+    got = _PLACED.get(target)
+    if got is None or len(got[0]) > _PLACED_KEPT:
+        if len(_PLACED) >= 4:
+            _PLACED.clear()
+        got = _PLACED[target] = ({}, {})
+    return got
+
+
+def clear_memo() -> None:
+    """Forget the placements and walks memoised so far (a cold start, as a fresh process's)."""
+    global _walked
+    _PLACED.clear()
+    _WALKS.clear()
+    _walked = 0
+
+
 def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape", tuple[Span, ...], int, MachineStep]:
     """The step's shape (shared by the steps that differ from it only in addresses, in the same
     memories), its regions at its addresses, the resource it occupies, and its record for the
@@ -195,9 +218,26 @@ def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
     return [Timed(s.queue, a, b) for s, a, b in zip(prepared, sched.starts, sched.ends)]
 
 
+_WALKS: dict[tuple, int] = {}  # (target, steps) -> cycles
+_WALKS_KEPT = 1 << 20  # steps of the programs kept before they are forgotten
+_walked = 0
+
+
 def walk_cycles(steps: Iterable[Step], target: Any) -> int:
-    """When the last of ``steps`` completes on the timeline (0 for none)."""
-    return max(engine.run(machine_steps(steps, target), None).ends, default=0)
+    """When the last of ``steps`` completes on the timeline (0 for none).  Memoised per target
+    and steps: the cascade stage, the depthwise choice and the memory plan price many
+    schedules that come out step for step the same."""
+    global _walked
+    steps = tuple(steps)
+    key = (target, steps)
+    got = _WALKS.get(key)
+    if got is None:
+        if _walked + len(steps) > _WALKS_KEPT:
+            _WALKS.clear()
+            _walked = 0
+        got = _WALKS[key] = max(engine.run(machine_steps(steps, target), None).ends, default=0)
+        _walked += len(steps)
+    return got
 
 
 @dataclass(frozen=True)
