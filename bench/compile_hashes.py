@@ -4,7 +4,7 @@ binary byte for byte the same (run it before and after; the digests must match).
 
 Each model is imported once per precision (fp16: the float graph; int8: quantized with the two
 calibration samples of tests/e2e/test_zoo_int8.py); imports are not timed.  Each compile starts
-from a cold search memo (``search.clear_memo`` and the depthwise choices), as a fresh process's
+from cold memos (``npuc.memo.forget_all``: tiling choices, prices, depthwise choices...), as a fresh process's
 would.  ``--graphs DIR`` keeps the imported graphs there (pickled) so that a second run skips
 torch.export and the quantizer.  Prints; asserts nothing.
 

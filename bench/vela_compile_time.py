@@ -73,15 +73,9 @@ def cold_start() -> None:
     """Forget what npuc memoises within a process (tiling choices and prices, depthwise
     schedules and their code sizes, fused band plans, chain-copy accesses, instruction times),
     so that a compile costs what a fresh process's would."""
-    from npuc.codegen.kernels import chain_copies, fused_chain, vector_depthwise
-    from npuc.schedule import search, vector_cost
+    from npuc import memo
 
-    search.clear_memo()
-    vector_cost.clear_memo()
-    vector_depthwise._CHOICES.clear()
-    vector_depthwise._CODE.clear()
-    fused_chain._BAND_PLANS.clear()
-    chain_copies._SEEN.clear()
+    memo.forget_all()
 
 
 def timed_compile(model, example, target, int8: bool, samples, resident: bool = False):

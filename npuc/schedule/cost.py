@@ -24,6 +24,7 @@ from typing import Any
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
+from npuc.memo import on_forget
 from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
 from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_loads, weight_loads, weight_plan, WeightLoad
@@ -60,6 +61,12 @@ class _Table:
 @lru_cache(maxsize=16)
 def _table(target: Target) -> _Table:
     return _Table(target)
+
+
+@on_forget
+def clear_memo() -> None:
+    """Forget the instruction times worked out per target."""
+    _table.cache_clear()
 
 
 def instr_time(target: Target, op: str, fields: dict[str, Any]) -> tuple[int, int]:

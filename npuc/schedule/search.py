@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from npuc.errors import CompileError
 from npuc.isa.enums import Dataflow
+from npuc.memo import Memo
 from npuc.schedule.cost import Estimate, estimate, quick_estimate
 from npuc.schedule.problem import ArrayProblem, ArrayTiling, Footprint, blocks, can_os, can_unfold, footprint
 from npuc.targets import Target
@@ -298,8 +299,7 @@ def _normalized(p: ArrayProblem) -> ArrayProblem:
                    out_addrs=_relative(p.out_addrs), operands=ops, epilogue=epilogue, quant=quant)
 
 
-_MEMO: dict[tuple, "Choice"] = {}
-_MEMO_LIMIT = 4096
+_MEMO: Memo[tuple, "Choice"] = Memo(4096, "tiling choices")
 
 
 def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
@@ -312,12 +312,7 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     scratchpad (the network-level memory plan tries several splits) costs only what is new."""
     key = (target, _normalized(p), walk)
     hit = _MEMO.get(key)
-    if hit is None:
-        hit = _choose(target, p, walk)
-        if len(_MEMO) >= _MEMO_LIMIT:
-            _MEMO.clear()
-        _MEMO[key] = hit
-    return hit
+    return _MEMO.put(key, _choose(target, p, walk)) if hit is None else hit
 
 
 def single_buffer_variants(target: Target, p: ArrayProblem, t: ArrayTiling, fp: Footprint) -> list[ArrayTiling]:
@@ -384,13 +379,13 @@ def _extra(target: Target, p: ArrayProblem, main: list[ArrayTiling], known: "Pri
 
 
 def clear_memo() -> None:
-    """Forget every memoised choice and price, and the instruction times behind them (a
-    benchmark timing a compile from scratch)."""
+    """Forget every memoised choice and price, and the instruction times behind them (the
+    search's part of :func:`npuc.memo.forget_all`)."""
     from npuc.schedule import cost
 
     _MEMO.clear()
     _PRICES.clear()
-    cost._table.cache_clear()
+    cost.clear_memo()
 
 
 class Prices:
@@ -441,8 +436,8 @@ class Prices:
         return hit
 
 
-_PRICES: dict[tuple, Prices] = {}
-_PRICES_LIMIT = 128  # problems (a network has a few dozen distinct ones); cleared when full
+# problems (a network has a few dozen distinct ones); forgotten when full
+_PRICES: Memo[tuple, Prices] = Memo(128, "tiling prices")
 
 
 def _windows(target: Target, p: ArrayProblem) -> tuple[int, ...]:
@@ -466,11 +461,7 @@ def prices(target: Target, p: ArrayProblem) -> Prices:
     timing = replace(target, scratchpad=replace(target.scratchpad, size_bytes=0))
     key = (timing, _normalized(p), _windows(target, p))
     hit = _PRICES.get(key)
-    if hit is None:
-        if len(_PRICES) >= _PRICES_LIMIT:
-            _PRICES.clear()
-        hit = _PRICES[key] = Prices()
-    return hit
+    return _PRICES.put(key, Prices()) if hit is None else hit
 
 
 def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:

@@ -30,6 +30,7 @@ from typing import Any, Iterable
 from npuc.isa.enums import Mem, Queue, Unit
 from npuc.isa.instr import Instr, build_args, get_def
 from npuc.kir.tile_program import DRAM_ADDRESS_FIELDS, LOCAL_ADDRESS_FIELDS, Step, TileProgram
+from npuc.memo import on_forget
 from npuc.runtime.sim import engine
 from npuc.runtime.sim.prepare import Step as MachineStep
 from npuc.runtime.sim.prepare import channel, resource
@@ -172,6 +173,7 @@ def _placements(target: Any) -> tuple[dict, dict]:
     return got
 
 
+@on_forget
 def clear_memo() -> None:
     """Forget the placements and walks memoised so far (a cold start, as a fresh process's)."""
     global _walked

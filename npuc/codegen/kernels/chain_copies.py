@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from npuc.isa.enums import Mem
 from npuc.isa.instr import build_args, get_def
 from npuc.kir.tile_program import LOCAL_ADDRESS_FIELDS, Step
+from npuc.memo import Memo
 
 SCAN = 4000  # steps looked at past (or before) a copy before giving its elision up
 
@@ -71,7 +72,7 @@ def _dense(r) -> bool:
     return True
 
 
-_SEEN: dict[Step, tuple[_Access, ...]] = {}
+_SEEN: Memo[Step, tuple[_Access, ...]] = Memo(1 << 16, "chain-copy accesses")
 
 
 def _spad_accesses(s: Step) -> tuple[_Access, ...]:
@@ -79,12 +80,10 @@ def _spad_accesses(s: Step) -> tuple[_Access, ...]:
         return ()
     out = _SEEN.get(s)
     if out is None:
-        if len(_SEEN) > 1 << 16:
-            _SEEN.clear()
         d = get_def(s.op)
-        out = _SEEN[s] = tuple(_Access(r.addr, r.end, r.reads, r.writes, _dense(r),
-                                       _runs(r) if r.writes and not _dense(r) else None)
-                               for r in d.regions(build_args(d, s.kwargs())) if r.mem is Mem.spad)
+        out = _SEEN.put(s, tuple(_Access(r.addr, r.end, r.reads, r.writes, _dense(r),
+                                         _runs(r) if r.writes and not _dense(r) else None)
+                                 for r in d.regions(build_args(d, s.kwargs())) if r.mem is Mem.spad))
     return out
 
 

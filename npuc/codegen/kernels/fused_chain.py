@@ -35,6 +35,7 @@ from npuc.isa.widths import DRAM_ADDR_BITS
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.plan import Plan
 from npuc.kir.tile_program import Buffer, TileProgram
+from npuc.memo import Memo
 from npuc.schedule.cascade_cost import (
     SECOND,
     ChainLayout,
@@ -137,8 +138,7 @@ def stripe_bands(members, stripes, sub: Any) -> tuple[tuple[tuple, ...], int]:
     return tuple(bands), acc
 
 
-_BAND_PLANS: dict[tuple, Plan] = {}
-_BAND_PLANS_KEPT = 4096
+_BAND_PLANS: Memo[tuple, Plan] = Memo(4096, "fused band plans")
 
 
 def _band_key(band: Kernel, target: Any) -> tuple:
@@ -155,11 +155,7 @@ def band_plan(band: Kernel, target: Any) -> Plan:
     share bands, and code generation plans the chosen one again)."""
     key = _band_key(band, target)
     plan = _BAND_PLANS.get(key)
-    if plan is None:
-        if len(_BAND_PLANS) >= _BAND_PLANS_KEPT:
-            _BAND_PLANS.clear()
-        plan = _BAND_PLANS[key] = get_kernel(band.kind).plan(band, target)
-    return plan
+    return _BAND_PLANS.put(key, get_kernel(band.kind).plan(band, target)) if plan is None else plan
 
 
 def on_chip_emitter(rec: Any, target: Any, k: Kernel) -> Any:

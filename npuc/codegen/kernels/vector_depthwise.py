@@ -63,6 +63,7 @@ from npuc.codegen.kernels.vector_common import (
 from npuc.errors import CompileError
 from npuc.isa.enums import DType, Mem, Unit
 from npuc.isa.instr import build_args, get_def
+from npuc.memo import Memo
 
 NSETS = 3
 _EXPAND_SHARE = 8  # repeated weights may take up to 1/8 of the scratchpad
@@ -158,8 +159,7 @@ def cheapest(plans: list[Plan], kernel: Kernel, target) -> Plan:
     return min(lean, key=lambda p: (code_bytes(p, kernel, target), offchip_bytes(p.details), p.est_cycles))
 
 
-_CODE: dict[tuple, int] = {}  # (target, code_key, tiling) -> encoded bytes
-_CODE_LIMIT = 4096
+_CODE: Memo[tuple, int] = Memo(4096, "depthwise code bytes")  # (target, code_key, tiling) -> encoded bytes
 
 
 def code_key(kernel: Kernel) -> tuple:
@@ -177,15 +177,11 @@ def code_bytes(plan: Plan, kernel: Kernel, target) -> int:
     tiling (the repeated blocks of a network share it)."""
     key = (target, code_key(kernel), plan.details.choice)
     got = _CODE.get(key)
-    if got is None:
-        if len(_CODE) >= _CODE_LIMIT:
-            _CODE.clear()
-        got = _CODE[key] = encoded_bytes(plan.details, target)
-    return got
+    return _CODE.put(key, encoded_bytes(plan.details, target)) if got is None else got
 
 
-_CHOICES: dict[tuple, tuple] = {}  # (target, placement-free kernel) -> (summary, tiling, estimate)
-_CHOICES_LIMIT = 4096
+# (target, placement-free kernel) -> (summary, tiling, estimate)
+_CHOICES: Memo[tuple, tuple] = Memo(4096, "depthwise choices")
 
 
 class DepthwiseKernel:
@@ -230,9 +226,7 @@ class DepthwiseKernel:
             prog = self.program(kernel, choice, target)
             return Plan(summary, prog.spad_bytes, prog.acc_bytes, est, prog)
         best = cheapest(self.alternatives(kernel, target), kernel, target)
-        if len(_CHOICES) >= _CHOICES_LIMIT:
-            _CHOICES.clear()
-        _CHOICES[key] = (best.summary, best.details.choice, best.est_cycles)
+        _CHOICES.put(key, (best.summary, best.details.choice, best.est_cycles))
         return best
 
     def alternatives(self, kernel: Kernel, target) -> list[Plan]:
