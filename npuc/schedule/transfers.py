@@ -58,10 +58,12 @@ def band_loads(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None
     A band's rows are loaded as its tiles first need them: a tile whose rows follow those held
     loads only the rows it adds (the halo it shares with the tile before is not read again).
     A band new to its buffer first gets the VFILLs that give its padding cells the fill value
-    (zero, or an int8 input's zero point), unless the buffer's last band had the same border:
-    DMAs write only the valid part, so those cells still hold it.  The whole band's border is
-    filled at once, on the vector queue, so that it never waits behind the epilogues of the
-    band's tiles.
+    (zero, or an int8 input's zero point), except the cells that were padding in the buffer's
+    last band of the same layout: DMAs write only the valid part, so those cells still hold it
+    (``_stale_padding``: a row tile below the top one needs none of the top tile's border again,
+    the top tile after the bottom one only its padding row).  The whole band's border is filled
+    at once, on the vector queue, so that it never waits behind the epilogues of the band's
+    tiles.
     """
     if t.unfold:
         return _unfolded(p, t, s, state, same_band)
@@ -83,7 +85,10 @@ def band_loads(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None
         r0, r1 = need_lo, need_hi
         after = (r0, r1)
     fill = held is None and (state is None or state.sig != sig)
-    fills = _border_fills(p, s, (0, rows), (ylo, yhi), (xlo, xhi), cols, row_b, pix_b) if fill else []
+    rects = _stale_padding(state.sig if state is not None else None, sig) if fill else []
+    fills = [f for y0, y1, x0, x1 in rects
+             for f in _fill(p.dtype.name, y0 * row_b + x0 * pix_b, (x1 - x0) * s.tc, y1 - y0, row_b, es, float(p.pad_value))]
+    written = (min([r0] + [r[0] for r in rects]), max([r1] + [r[1] for r in rects])) if rects else (r0, r1)
     lo, hi = max(r0, ylo), min(r1, yhi)
     loads: list[Instr] = []
     if hi > lo:
@@ -97,27 +102,29 @@ def band_loads(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None
                 n0=s.tc, n1=xhi - xlo, n2=n2, dram_s0=sc, dram_s1=p.x.in_step * sw, dram_s2=p.y.in_step * sh,
                 local_s1=pix_b, local_s2=row_b,
             )))
-    return fills, loads, (0, rows) if fill else (r0, r1), BandState(sig, after)
+    return fills, loads, written, BandState(sig, after)
 
 
-def _border_fills(p: ArrayProblem, s: Step, rows: Rows, valid_y: Rows, valid_x: Rows, cols: int, row_b: int,
-                  pix_b: int) -> list[Instr]:
-    """VFILLs of the padding cells in local rows ``rows`` of a band: whole rows outside the
-    valid rows, the left and right border columns of the valid ones."""
-    es, dt, pv = p.es, p.dtype.name, float(p.pad_value)
-    f0, f1 = rows
-    (ylo, yhi), (xlo, xhi) = valid_y, valid_x
-    out: list[Instr] = []
-    top = (f0, min(f1, ylo))
-    bottom = (max(f0, yhi), f1)
-    for a, b in (top, bottom):
-        if b > a:
-            out += _fill(dt, a * row_b, cols * s.tc, b - a, row_b, es, pv)
-    a, b = max(f0, ylo), min(f1, yhi)
-    if b > a:
-        out += _fill(dt, a * row_b, xlo * s.tc, b - a, row_b, es, pv)
-        out += _fill(dt, a * row_b + xhi * pix_b, (cols - xhi) * s.tc, b - a, row_b, es, pv)
-    return out
+def _stale_padding(old: tuple | None, new: tuple) -> list[tuple[int, int, int, int]]:
+    """The padding cells of a band of signature ``new`` that may not hold the fill value in a
+    buffer whose last band had signature ``old`` (None: never used), as rectangles
+    (row0, row1, col0, col1) of local pixels: every cell outside the new band's valid
+    rectangle, less those that were padding of the old band of the same layout (rows,
+    columns, channels), which were filled then and never written since (a DMA writes only its
+    band's valid cells).  So the cells to fill are the old valid rectangle (the whole buffer
+    when the layout differs) less the new one: whole rows above and below it, the columns
+    left and right of it on the rows they share."""
+    _, rows, cols, _, ylo, yhi, xlo, xhi = new
+    if old is not None and old[:4] == new[:4]:
+        a, b, c, d = old[4:]
+    else:
+        a, b, c, d = 0, rows, 0, cols
+    out = []
+    if b > a and d > c:
+        out += [(a, min(b, ylo), c, d), (max(a, yhi), b, c, d)]
+        m0, m1 = max(a, ylo), min(b, yhi)
+        out += [(m0, m1, c, min(d, xlo)), (m0, m1, max(c, xhi), d)]
+    return [r for r in out if r[1] > r[0] and r[3] > r[2]]
 
 
 def _unfolded(p: ArrayProblem, t: ArrayTiling, s: Step, state: BandState | None, same_band: bool,
