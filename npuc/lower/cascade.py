@@ -4,7 +4,9 @@ After partition and epilogue fusion, an NPU segment is a sequence of kernels tha
 write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_conv2d``,
 ``pool2d``, ``eltwise``, ``qbinary``, ``lut``: a convolution chain, an inverted residual block with its residual add,
 a basic block) whose intermediate tensors are read only inside the run can instead run in
-stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
+stripes of output rows with the intermediates in scratchpad, or, on a target with an on-chip SRAM
+for activations, in a block of that SRAM (``ChainAttrs.sram_bytes``;
+``npuc.codegen.kernels.fused_chain``).
 
 The choice is the cost model's, in two steps.  A roofline screen (``npuc.schedule.cascade_cost``,
 :func:`~npuc.schedule.cascade_cost.estimate`: MACs at peak, bytes at the DRAM port, vector

@@ -199,3 +199,32 @@ def test_cycles_not_worse_keeps_only_chains_that_are_not_slower():
                 if strict:
                     assert fused.cycles <= sum(a.cycles for a in alone)
     assert kept[False] > 0  # the energy objective alone fuses this model
+
+
+def test_int8_chain_keeps_its_intermediates_in_sram_where_the_scratchpad_is_small():
+    """On u65-like-256 (32 KiB of scratchpad beside 384 KiB of SRAM, DRAM behind) an inverted
+    residual block's expanded tensor does not fit the SRAM whole: run one layer at a time it goes
+    to DRAM and back.  Fused with its stripes in an SRAM block of its own (``sram_bytes``), only
+    the block's input, constants and output move off chip; bit for bit the integer reference's."""
+    from npuc.schedule.cascade_cost import STRIPES
+
+    torch.manual_seed(4)
+    m = InvertedResidual(16, 96, 24, 2).eval()
+    shape = (1, 16, 64, 48)
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="sram-chain"))
+    (want,) = interpret(g, x)
+    target = load_target("u65-like-256")
+    fused = compile_graph(g, target, quantize="int8", fuse_layers=True)
+    (lk,) = chains(fused)
+    assert lk.kernel.attrs.sram_bytes and stripes(lk) > 1
+    block = lk.kernel.inputs[-1].name
+    assert block.endswith(STRIPES)
+    placed = {p.buffer.name: p.memory for p in fused.compiled.plan.placed}
+    assert placed[block] == "sram"
+    (got,) = fused.run(x)
+    assert torch.equal(got, want)
+    unfused = compile_graph(g, target, quantize="int8", fuse_layers=False)
+    assert 4 * fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
+    assert fused.to_bytes() == compile_graph(g, target, quantize="int8", fuse_layers=True).to_bytes()

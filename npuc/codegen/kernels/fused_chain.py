@@ -1,4 +1,4 @@
-"""``fused_chain``: member kernels run depth-first in stripes, intermediates kept in scratchpad.
+"""``fused_chain``: member kernels run depth-first in stripes, intermediates kept on chip.
 
 The tile program of a chain (``ChainAttrs``; chosen by ``npuc.lower.cascade``): the constants of
 every member are loaded once into the scratchpad when they are resident; then, for each stripe
@@ -16,6 +16,11 @@ DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy of t
 elements, so an intermediate's bytes never travel to DRAM.  Every other instruction passes
 through to the real emitter, which orders the accesses (dependency tokens) as for any kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
 constants), so a chain is bit-exact against the integer reference.
+
+A chain with ``sram_bytes`` keeps its intermediates' stripes in a block of the on-chip SRAM (its
+last input) instead: the same emitter re-addresses the members' DMAs of an intermediate's rows to
+the block (``LocalEmitter.moves``), and the scratchpad holds only the staged inputs and resident
+constants above the members' part.
 """
 
 from __future__ import annotations
