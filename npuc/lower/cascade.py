@@ -246,30 +246,38 @@ def members_together(ks: tuple[Kernel, ...], target, offs: dict[str, int]) -> in
 
 def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:
     """Where a run's tensors sit while it is priced: each buffer at its own address (before the
-    memory plan every buffer's views start at 0), constants in the memory that holds weights and
-    the rest in the memory that holds activations, so that the priced transfers reach the
-    memories the plan will put them in and no two tensors share an address; on a target with an
-    on-chip SRAM for activations, the block of the run fused with its intermediates there
-    (``ChainAttrs.sram_bytes``) in that SRAM."""
-    tops = {CONSTANT: target.window_of(target.weight_memory.name).base,
-            ACTIVATION: target.window_of(target.activation_memory.name).base}
-    if tops[CONSTANT] == tops[ACTIVATION]:
-        tops[CONSTANT] += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
+    memory plan every buffer's views start at 0), so that the priced transfers reach the memories
+    the plan will likely put them in and no two tensors share an address.  Constants go in the
+    memory that holds weights; an activation in the fastest memory that holds activations and
+    still has room for it beside the run's tensors already there (the last, off-chip, always has:
+    on u65-like-256 a tensor that fits its 384 KiB SRAM is priced there, a larger one in DRAM; the
+    members run one by one are priced at their best, which a chain must beat).  On a target with
+    an on-chip SRAM for activations, ``offs[STRIPES]`` is where the block of the run fused with
+    its intermediates there (``ChainAttrs.sram_bytes``) is priced: past the tensors in that SRAM
+    when half of it is left, else at its start."""
+    acts = target.memories_holding("activations")
+    top = {m.name: target.window_of(m.name).base for m in acts}
+    const = target.window_of(target.weight_memory.name).base
+    if target.weight_memory.name == target.activation_memory.name:
+        const += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
     offs: dict[str, int] = {}
     for k in ks:
         for t in k.tensors():
             if t.name in offs:
                 continue
             b = sizes.get(t.name)
-            kind = CONSTANT if b is not None and b.kind == CONSTANT else ACTIVATION
-            offs[t.name] = tops[kind]
-            tops[kind] += -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+            n = -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+            if b is not None and b.kind == CONSTANT:
+                offs[t.name] = const
+                const += n
+                continue
+            m = next(m for m in acts if m is acts[-1] or top[m.name] + n <= target.window_of(m.name).end)
+            offs[t.name] = top[m.name]
+            top[m.name] += n
     sram = stripes_memory(target)
-    if sram is not None:  # the block of the run fused with its intermediates in SRAM: past what lies there
+    if sram is not None:
         w = target.window_of(sram.name)
-        top = tops[ACTIVATION]
-        fits = w.base <= top and top + sram.size_bytes // SRAM_SHARE <= w.end
-        offs[STRIPES] = top if fits else w.base
+        offs[STRIPES] = top[sram.name] if top[sram.name] + sram.size_bytes // SRAM_SHARE <= w.end else w.base
     return offs
 
 

@@ -210,7 +210,7 @@ def test_int8_chain_keeps_its_intermediates_in_sram_where_the_scratchpad_is_smal
 
     torch.manual_seed(4)
     m = InvertedResidual(16, 96, 24, 2).eval()
-    shape = (1, 16, 64, 48)
+    shape = (1, 16, 72, 60)  # the expanded tensor: 96 x 72 x 60 = 414,720 B
     x = torch.randn(shape)
     calib = [(torch.randn(shape),) for _ in range(2)]
     g = run_graph_passes(import_quantized(m, (x,), calib, name="sram-chain"))
