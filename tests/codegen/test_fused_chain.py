@@ -228,3 +228,33 @@ def test_int8_chain_keeps_its_intermediates_in_sram_where_the_scratchpad_is_smal
     unfused = compile_graph(g, target, quantize="int8", fuse_layers=False)
     assert 4 * fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
     assert fused.to_bytes() == compile_graph(g, target, quantize="int8", fuse_layers=True).to_bytes()
+
+
+def test_pricing_puts_a_tensor_in_the_fastest_memory_with_room_for_it():
+    """The cascade prices a run with its tensors where the memory plan will likely put them: on
+    u65-like-256 an activation that fits the 384 KiB SRAM beside the run's others there, a larger
+    one in DRAM, constants in DRAM; a fused block past the SRAM's tensors.  On npu-mid (one
+    DRAM) activations from its start and constants 16 MiB above."""
+    from npuc.kir.kernel import Kernel
+    from npuc.kir.program import ACTIVATION, CONSTANT, Buffer
+    from npuc.kir.tensor import DramTensor
+    from npuc.isa.enums import DType
+    from npuc.lower.cascade import pricing_offsets
+    from npuc.schedule.cascade_cost import STRIPES
+
+    def t(name, n):
+        return DramTensor(name, (n,), DType.int8)
+
+    k = Kernel("k", "eltwise", (t("small", 100_000), t("big", 500_000), t("w", 4096)), t("out", 20_000),
+               None, (), DType.int8)
+    sizes = {b.name: b for b in (Buffer("small", 100_000, ACTIVATION), Buffer("big", 500_000, ACTIVATION),
+                                 Buffer("w", 4096, CONSTANT), Buffer("out", 20_000, ACTIVATION))}
+    u65 = load_target("u65-like-256")
+    offs = pricing_offsets((k,), u65, sizes)
+    where = {name: u65.window_at(a).memory.name for name, a in offs.items()}
+    assert where == {"small": "sram", "big": "dram", "w": "dram", "out": "sram", STRIPES: "sram"}
+    assert offs[STRIPES] >= offs["out"] + 20_000 > offs["small"] + 100_000  # past the SRAM's tensors
+    mid = load_target("npu-mid")
+    offs = pricing_offsets((k,), mid, sizes)
+    assert (offs["small"], offs["big"], offs["w"]) == (0, 100_032, 1 << 24) and offs["out"] == 600_064
+    assert STRIPES not in offs
