@@ -18,7 +18,7 @@ npuc's side runs on the presets ``u55-like-256`` and ``u65-like-256``; ``--targe
 (and ``u65=PATH``) names other npuc target files instead, to ask what another memory system buys.
 
     python bench/vela_compare.py [--quick] [--target-file u55=PATH --target-file u65=PATH]
-        [--systems u55,u65] [--layers] [--fuse-layers] [--check] [--calibration 4] [--json PATH]
+        [--systems u55,u65] [--layers] [--fuse-layers [--not-slower]] [--check] [--calibration 4] [--json PATH]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def resolve_targets(args) -> dict:
     return out
 
 
-def npuc_figures(g, target, fuse_layers: bool = False, per_layer: bool = False) -> dict:
+def npuc_figures(g, target, fuse_layers: bool | str = False, per_layer: bool = False) -> dict:
     from npuc.artifact import compile_graph, zero_inputs
 
     art = compile_graph(g, target, quantize="int8", fuse_layers=fuse_layers)
@@ -127,7 +127,8 @@ def weight_traffic(art) -> dict[str, dict[str, int]]:
 def compare(name: str, system: str, target, vela: vp.Vela, litert, args) -> dict:
     model, example = vp.NETWORKS[name]()
     g = vp.int8_graph(model, example, target, vp.calibration_samples(name, args.calibration, example), name)
-    ours = npuc_figures(g, target, fuse_layers=args.fuse_layers, per_layer=args.layers)
+    fuse = ("not-slower" if args.not_slower else True) if args.fuse_layers else False
+    ours = npuc_figures(g, target, fuse_layers=fuse, per_layer=args.layers)
     spec = vp.tflite_spec(g)
     theirs = vela.compile(vela.write(spec, f"{name}-{system}"), system, per_layer=args.layers)
     doc = {"network": name, "system": system, "npuc_target": target.name, "vela_system": list(vp.SYSTEMS[system]),
@@ -189,6 +190,8 @@ def main() -> None:
     ap.add_argument("--target-file", action="append", metavar="SYSTEM=PATH", help="npuc target file for a system")
     ap.add_argument("--layers", action="store_true", help="Vela's and npuc's per-layer figures too")
     ap.add_argument("--fuse-layers", action="store_true", help="compile npuc's side with fusion across layers")
+    ap.add_argument("--not-slower", action="store_true",
+                    help="with --fuse-layers: only the chains that take no more cycles (fuse_layers='not-slower')")
     ap.add_argument("--check", action="store_true",
                     help="run each .tflite with TFLite's reference kernels (LiteRT, its own venv) against npuc's reference")
     ap.add_argument("--calibration", type=int, default=4, help="int8 calibration samples")

@@ -61,14 +61,17 @@ def dma_bytes(op: str, fields: dict[str, Any]) -> Move:
 class LocalEmitter:
     """The emitter a kernel sees when some of its tensors live in the scratchpad (module
     docstring).  ``windows``: DRAM-side [lo, hi) -> (scratchpad address - lo, what);
-    ``strict``: a DRAM-side range in which every DMA must fall in a window (a fused chain's
-    virtual intermediates), else it is an internal error; ``target``: the target the kernels
-    plan on (their part of the scratchpad)."""
+    ``moves``: DRAM-side [lo, hi) -> (real address - lo, what): a DMA there stays a DMA, at the
+    real address (a fused chain's intermediates kept in SRAM, ``ChainAttrs.sram_bytes``);
+    ``strict``: a DRAM-side range in which every DMA must fall in a window or a move (a fused
+    chain's virtual intermediates), else it is an internal error; ``target``: the target the
+    kernels plan on (their part of the scratchpad)."""
 
     def __init__(self, em: Any, target: Any, windows: list[tuple[int, int, int, str]] | None = None,
                  strict: tuple[int, int] | None = None) -> None:
         self.em, self.target = em, target
         self.windows: list[tuple[int, int, int, str]] = list(windows or [])
+        self.moves: list[tuple[int, int, int, str]] = []
         self.strict = strict
 
     def source(self, label: str):
@@ -81,6 +84,13 @@ class LocalEmitter:
         if op not in ("DMA_LOAD", "DMA_STORE"):
             return self.em.emit(op, **fields)
         addr = fields["dram_addr"]
+        moved = [w for w in self.moves if w[0] <= addr < w[1]]
+        if moved:
+            lo, hi, delta, what = moved[0]
+            if dma_bytes(op, fields).end > hi:
+                raise CompileError(f"internal error: a kernel moves DRAM-side 0x{addr:x} across the end of the rows "
+                                   f"of {what} its chain holds")
+            return self.em.emit(op, **{**fields, "dram_addr": addr + delta})
         hit = [w for w in self.windows if w[0] <= addr < w[1]]
         if not hit:
             if self.strict is not None and self.strict[0] <= addr < self.strict[1]:

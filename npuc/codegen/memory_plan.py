@@ -178,9 +178,10 @@ def _plan(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
     placed += [Placed(b, base + off, memory=wmem.name) for b, off in consts]
     regions.append(("constants", "CONSTANTS", base, const_size))
     top[wmem.name] = use[wmem.name]["constants"] = const_size
-    layout = _place_io_and_activations(m, io, acts, life, top, use, io_first=True)
+    blocks = chain_blocks(m)
+    layout = _place_io_and_activations(m, io, acts, life, top, use, io_first=True, blocks=blocks)
     if layout.spilled:  # activations left the fastest memory: would the io's room keep more of them?
-        other = _place_io_and_activations(m, io, acts, life, top, use, io_first=False)
+        other = _place_io_and_activations(m, io, acts, life, top, use, io_first=False, blocks=blocks)
         if other.off_chip_traffic < layout.off_chip_traffic:
             layout = other
     if layout.refused:
@@ -201,6 +202,21 @@ def _plan(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
                             on_chip.resident_bytes if kept else 0, on_chip)
 
 
+def chain_blocks(m: LoweredModel) -> dict[str, int]:
+    """The SRAM blocks of the fused chains that keep their intermediates there
+    (``ChainAttrs.sram_bytes``), with the bytes each moves (every stripe writes and reads about
+    the whole block): placed before any other activation, since off chip they cost that many."""
+    out = {}
+    for s in m.segments:
+        if isinstance(s, NpuSegment):
+            for lk in s.kernels:
+                k = lk.kernel
+                if k.kind == "fused_chain" and k.attrs.sram_bytes:
+                    n = -(-k.output.shape[2] // k.attrs.stripe_rows)
+                    out[k.inputs[-1].name] = 2 * n * k.attrs.sram_bytes
+    return out
+
+
 @dataclass(frozen=True)
 class _Layout:
     """Inputs, outputs and activations placed in the memories that hold them (``_plan``)."""
@@ -216,14 +232,16 @@ class _Layout:
 
 
 def _place_io_and_activations(m: LoweredModel, io: list[Buffer], acts: list[Buffer], life, top0: dict, use0: dict,
-                              io_first: bool) -> _Layout:
+                              io_first: bool, blocks: dict[str, int] | None = None) -> _Layout:
     """Inputs and outputs in their own blocks in the fastest memory that holds io and has room;
     activations by liveness in the fastest memory that holds them, spilling to the next.
     ``io_first``: the io blocks take their room before the activations (the layout
     ``[constants | inputs | outputs | activations]``); else after the fastest memory's
     activations, so that a small on-chip SRAM keeps activations (written and read) rather than
-    a model input read once."""
+    a model input read once.  ``blocks``: fused chains' SRAM blocks and the bytes each moves
+    (:func:`chain_blocks`), placed first and counted at those bytes when they spill."""
     t = m.target
+    blocks = blocks or {}
     top = dict(top0)
     use = {k: dict(v) for k, v in use0.items()}
     placed: list[Placed] = []
@@ -256,7 +274,7 @@ def _place_io_and_activations(m: LoweredModel, io: list[Buffer], acts: list[Buff
         if not left and i:
             break
         room = mem.size_bytes - top[mem.name]
-        offsets, peak, left = greedy_by_size(left, life, room)
+        offsets, peak, left = greedy_by_size(left, life, room, frozenset(blocks))
         w = t.window_of(mem.name)
         start = w.base + top[mem.name]
         for b in m.buffers:
@@ -269,7 +287,7 @@ def _place_io_and_activations(m: LoweredModel, io: list[Buffer], acts: list[Buff
         use[mem.name]["activations"] = align(peak)
         peak_all += align(peak)
         if i and mem.kind != "sram":
-            spilled_traffic += 2 * sum(b.nbytes for b in acts if b.name in offsets)
+            spilled_traffic += sum(blocks.get(b.name, 2 * b.nbytes) for b in acts if b.name in offsets)
         if not io_placed:
             io_placed = place_io()
     if not io_placed and not place_io():
@@ -326,12 +344,12 @@ def _refuse(m: LoweredModel, what: str, nbytes: int, holds: str, top: dict[str, 
     )
 
 
-def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]], room: int | None = None
-                   ) -> tuple[dict[str, int], int, list[Buffer]]:
-    """Offsets (from 0) for buffers with lifetimes: largest first, lowest non-conflicting offset.
-    A buffer that would end past ``room`` bytes is left out; returns (offsets, peak, left out, in
-    the order given)."""
-    order = sorted(bufs, key=lambda b: (-align(b.nbytes), life[b.name][0], b.name))
+def greedy_by_size(bufs: list[Buffer], life: dict[str, tuple[int, int]], room: int | None = None,
+                   first: frozenset[str] = frozenset()) -> tuple[dict[str, int], int, list[Buffer]]:
+    """Offsets (from 0) for buffers with lifetimes: the buffers named in ``first``, then the rest,
+    each largest first, at the lowest non-conflicting offset.  A buffer that would end past
+    ``room`` bytes is left out; returns (offsets, peak, left out, in the order given)."""
+    order = sorted(bufs, key=lambda b: (b.name not in first, -align(b.nbytes), life[b.name][0], b.name))
     done: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[str, int] = {}
     peak = 0

@@ -247,6 +247,14 @@ class ChainAttrs:
     stripe).  The fused kernel's own inputs are every tensor of the members that is not an
     intermediate, in first-use order.
 
+    ``sram_bytes``: when not 0, the stripes of the intermediates live in a block of that many
+    bytes of the target's on-chip SRAM instead of the scratchpad (the fused kernel's last input,
+    an activation buffer of its own: ``npuc.schedule.cascade_cost.stripes_tensor``); the members'
+    transfers to and from an intermediate stay DMAs, between the scratchpad and that block, so
+    only the chain's inputs, constants and last output reach off-chip memory, and the members
+    plan in the whole scratchpad (a small scratchpad beside a large SRAM, as Ethos-U's, holds
+    few rows of a wide tensor).
+
     ``pooled_chain`` kernels (``npuc.lower.cascade_se``) hold the same record: their last member
     is a global pool of the row members' last output, which is an intermediate too (it is pooled
     stripe by stripe, never stored); stripes cut the pooled tensor's rows.
@@ -256,6 +264,7 @@ class ChainAttrs:
     resident_weights: bool
     intermediates: tuple[str, ...]
     members: tuple[Kernel, ...] = ()
+    sram_bytes: int = 0
 
 
 def _conv_attrs() -> type:

@@ -85,8 +85,12 @@ def verify_kernel(k: Kernel, sizes: dict[str, int], defined: Iterable[str] | Non
                               "(only an int8 kernel's int32 constants may differ)")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides)):
         raise VerifyError(f"{where}: its output {out} repeats elements (a zero stride): a result would be lost")
+    block = getattr(k.attrs, "sram_bytes", 0)
+    if block and (not k.inputs or k.inputs[-1].nbytes != block):
+        raise VerifyError(f"{where}: keeps its intermediates in {block:,} B of SRAM, but its last input is not a "
+                          "block of that size")
     if defined is not None:
-        known = set(defined)
+        known = set(defined) | ({k.inputs[-1].name} if block else set())  # a chain's SRAM block is its own scratch
         for t in k.inputs + tuple(e.operand for e in k.epilogue if e.operand is not None):
             if t.name not in known:
                 raise VerifyError(f"{where}: reads {t.name} before any kernel writes it (not a constant or input)")

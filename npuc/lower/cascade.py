@@ -4,7 +4,9 @@ After partition and epilogue fusion, an NPU segment is a sequence of kernels tha
 write DRAM.  A run of consecutive row-mapped kernels (``conv2d``, ``depthwise_conv2d``,
 ``pool2d``, ``eltwise``, ``qbinary``, ``lut``: a convolution chain, an inverted residual block with its residual add,
 a basic block) whose intermediate tensors are read only inside the run can instead run in
-stripes of output rows with the intermediates in scratchpad (``npuc.codegen.kernels.fused_chain``).
+stripes of output rows with the intermediates in scratchpad, or, on a target with an on-chip SRAM
+for activations, in a block of that SRAM (``ChainAttrs.sram_bytes``;
+``npuc.codegen.kernels.fused_chain``).
 
 The choice is the cost model's, in two steps.  A roofline screen (``npuc.schedule.cascade_cost``,
 :func:`~npuc.schedule.cascade_cost.estimate`: MACs at peak, bytes at the DRAM port, vector
@@ -33,9 +35,10 @@ from npuc.errors import CompileError
 from npuc.isa.enums import DType
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.codegen.memory_plan import relocate_kernel
-from npuc.kir.program import ACTIVATION, CONSTANT, LKernel, LoweredModel, NpuSegment
+from npuc.kir.program import ACTIVATION, CONSTANT, Buffer, LKernel, LoweredModel, NpuSegment
 from npuc.schedule.cascade_cost import (
     ROW_KINDS,
+    STRIPES,
     Estimate,
     chain_layout,
     chain_stripes,
@@ -43,10 +46,14 @@ from npuc.schedule.cascade_cost import (
     externals,
     program_estimate,
     spatial_inputs,
+    sram_block_bytes,
+    stripes_memory,
+    stripes_tensor,
     unfused_estimate,
 )
 
 MAX_MEMBERS = 8  # longest chain considered (the buffers of longer ones rarely fit)
+SRAM_SHARE = 2  # a chain's SRAM block takes at most 1/SRAM_SHARE of the SRAM (the rest for its inputs and output)
 ROUNDS_NOT_WORSE = 2  # with cycles_not_worse: rounds of the dynamic program whose new chains are priced
 HEIGHTS = 1  # stripe heights priced in full per way of holding the constants
 TRIES = 3  # configurations tried per way of holding the constants before giving it up
@@ -69,7 +76,10 @@ def cascade(m: LoweredModel, cycles_not_worse: bool = False) -> LoweredModel:
         if isinstance(s, NpuSegment) else s
         for s in m.segments
     )
-    return replace(m, segments=segments)
+    blocks = tuple(Buffer(t.name, t.nbytes, ACTIVATION) for s in segments if isinstance(s, NpuSegment)
+                   for lk in s.kernels if lk.kernel.kind == "fused_chain" and lk.kernel.attrs.sram_bytes
+                   for t in lk.kernel.inputs[-1:])
+    return replace(m, segments=segments, buffers=m.buffers + blocks)
 
 
 def _readers(m: LoweredModel) -> dict[str, list[tuple[int, Kernel]]]:
@@ -159,16 +169,23 @@ def row_choices(rows: int) -> tuple[int, ...]:
 
 
 def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
-    """Every feasible (stripe rows, constants resident or not) of a chain with its roofline
-    estimate, least energy first: the screen the dynamic program runs on."""
+    """Every feasible (stripe rows, constants resident or not, intermediates in scratchpad or in
+    the on-chip SRAM) of a chain with its roofline estimate, least energy first: the screen the
+    dynamic program runs on.  The intermediates go to the SRAM only on a target whose fastest
+    memory for activations is one (``stripes_memory``), in a block of at most
+    1/``SRAM_SHARE`` of it."""
     out = []
+    sram = stripes_memory(target)
     for rows in row_choices(ks[-1].output.shape[2]):
         stripes = chain_stripes(ks, inter, rows)
+        block = sram_block_bytes(ChainAttrs(rows, False, inter, ks), stripes) if sram is not None else 0
+        places = (0, block) if 0 < block <= sram.size_bytes // SRAM_SHARE else (0,)
         for resident in (True, False):
-            attrs = ChainAttrs(rows, resident, inter, ks)
-            if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
-                continue
-            out.append((estimate(target, attrs, stripes), attrs))
+            for sram_bytes in places:
+                attrs = ChainAttrs(rows, resident, inter, ks, sram_bytes)
+                if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
+                    continue
+                out.append((estimate(target, attrs, stripes), attrs))
     out.sort(key=lambda ea: (ea[0].energy_pj, ea[0].cycles, -ea[1].stripe_rows, not ea[1].resident_weights))
     return out
 
@@ -182,11 +199,18 @@ def shortlist(roofline: list[tuple[Estimate, ChainAttrs]], resident: bool) -> li
     return first + [a for a in fits if a not in first]
 
 
+def chain_name(ks: tuple[Kernel, ...]) -> str:
+    """The name of the fused kernel of the run ``ks``."""
+    return f"{ks[0].name}..{ks[-1].name}"
+
+
 def fused_kernel(attrs: ChainAttrs) -> Kernel:
     """The ``fused_chain`` kernel of a chain: its inputs the members' external tensors."""
     ms = attrs.members
     sources = tuple(s for k in ms for s in k.sources)
-    return Kernel(f"{ms[0].name}..{ms[-1].name}", "fused_chain", externals(ms, attrs.intermediates), ms[-1].output,
+    name = chain_name(ms)
+    block = (stripes_tensor(name, attrs.sram_bytes, ms[0].dtype),) if attrs.sram_bytes else ()
+    return Kernel(name, "fused_chain", externals(ms, attrs.intermediates) + block, ms[-1].output,
                   attrs, (), ms[0].dtype, sources)
 
 
@@ -222,23 +246,47 @@ def members_together(ks: tuple[Kernel, ...], target, offs: dict[str, int]) -> in
 
 def pricing_offsets(ks: tuple[Kernel, ...], target, sizes) -> dict[str, int]:
     """Where a run's tensors sit while it is priced: each buffer at its own address (before the
-    memory plan every buffer's views start at 0), constants in the memory that holds weights and
-    the rest in the memory that holds activations, so that the priced transfers reach the
-    memories the plan will put them in and no two tensors share an address."""
-    tops = {CONSTANT: target.window_of(target.weight_memory.name).base,
-            ACTIVATION: target.window_of(target.activation_memory.name).base}
-    if tops[CONSTANT] == tops[ACTIVATION]:
-        tops[CONSTANT] += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
+    memory plan every buffer's views start at 0), so that the priced transfers reach the memories
+    the plan will likely put them in and no two tensors share an address.  Constants go in the
+    memory that holds weights; an activation in the fastest memory that holds activations and
+    still has room for it beside the run's tensors already there (the last, off-chip, always has:
+    on u65-like-256 a tensor that fits its 384 KiB SRAM is priced there, a larger one in DRAM; the
+    members run one by one are priced at their best, which a chain must beat).  On a target with
+    an on-chip SRAM for activations, ``offs[STRIPES]`` is where the block of the run fused with
+    its intermediates there (``ChainAttrs.sram_bytes``) is priced: past the tensors in that SRAM
+    when half of it is left, else at its start."""
+    acts = target.memories_holding("activations")
+    top = {m.name: target.window_of(m.name).base for m in acts}
+    const = target.window_of(target.weight_memory.name).base
+    if target.weight_memory.name == target.activation_memory.name:
+        const += 1 << 24  # one memory holds both: constants above the activations' first 16 MiB
     offs: dict[str, int] = {}
     for k in ks:
         for t in k.tensors():
             if t.name in offs:
                 continue
             b = sizes.get(t.name)
-            kind = CONSTANT if b is not None and b.kind == CONSTANT else ACTIVATION
-            offs[t.name] = tops[kind]
-            tops[kind] += -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+            n = -(-max(b.nbytes if b is not None else 0, t.addr + t.span, 1) // 64) * 64
+            if b is not None and b.kind == CONSTANT:
+                offs[t.name] = const
+                const += n
+                continue
+            m = next(m for m in acts if m is acts[-1] or top[m.name] + n <= target.window_of(m.name).end)
+            offs[t.name] = top[m.name]
+            top[m.name] += n
+    sram = stripes_memory(target)
+    if sram is not None:
+        w = target.window_of(sram.name)
+        offs[STRIPES] = top[sram.name] if top[sram.name] + sram.size_bytes // SRAM_SHARE <= w.end else w.base
     return offs
+
+
+def priced_at(k: Kernel, offs: dict[str, int]) -> Kernel:
+    """The fused kernel ``k`` at the pricing addresses ``offs`` (:func:`pricing_offsets`), its
+    SRAM block, if it has one, where those put a block."""
+    if k.attrs.sram_bytes:
+        offs = {**offs, k.inputs[-1].name: offs[STRIPES]}
+    return relocate_kernel(k, offs)
 
 
 def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estimate,
@@ -252,7 +300,7 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
     for resident in (True, False):
         planned = 0
         for attrs in shortlist(roofline, resident)[:TRIES]:
-            est = fused_estimate(relocate_kernel(fused_kernel(attrs), offs), target)
+            est = fused_estimate(priced_at(fused_kernel(attrs), offs), target)
             if est is None:
                 continue
             planned += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from npuc.isa.enums import DType
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.tensor import DramTensor
 
@@ -205,6 +206,45 @@ class ChainLayout:
         return max(ends, default=self.member_bytes) - self.member_bytes
 
 
+STRIPES = ".stripes"  # suffix of the name of a chain's SRAM block (``ChainAttrs.sram_bytes``)
+
+
+def stripes_memory(target):
+    """The memory a chain's intermediates may live in instead of the scratchpad: the fastest
+    memory that holds activations, when it is an on-chip SRAM; else None."""
+    m = target.memories_holding("activations")[0]
+    return m if m.kind == "sram" else None
+
+
+def stripes_tensor(kernel_name: str, nbytes: int, dtype: DType) -> DramTensor:
+    """The SRAM block of the chain ``kernel_name`` computing in ``dtype`` (its fused kernel's
+    last input; ``nbytes`` a multiple of 64)."""
+    return DramTensor(kernel_name + STRIPES, (nbytes // dtype.size,), dtype)
+
+
+def chain_inputs(k: Kernel) -> tuple[DramTensor, ...]:
+    """A fused kernel's inputs that are its members' external tensors (not its SRAM block)."""
+    return k.inputs[:-1] if k.attrs.sram_bytes else k.inputs
+
+
+def sram_layout(attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> tuple[tuple[str, int, int], ...]:
+    """(intermediate, offset in the chain's SRAM block, bytes): each intermediate's buffer, the
+    most rows any stripe holds of it."""
+    producers = {k.output.name: k.output for k in attrs.members}
+    out, top = [], 0
+    for name in attrs.intermediates:
+        rows = max((b - a for s in stripes for n, a, b in s.held if n == name), default=0)
+        n = _align(max(1, rows) * row_bytes(producers[name]))
+        out.append((name, top, n))
+        top += n
+    return tuple(out)
+
+
+def sram_block_bytes(attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> int:
+    """Bytes of the SRAM block that holds a stripe of every intermediate."""
+    return sum(n for _, _, n in sram_layout(attrs, stripes))
+
+
 def held_names(attrs: ChainAttrs) -> tuple[str, ...]:
     """The tensors a stripe holds rows of: the intermediates, then the staged inputs."""
     return tuple(attrs.intermediates) + tuple(t.name for t in staged_inputs(attrs.members, attrs.intermediates))
@@ -216,12 +256,14 @@ SECOND = "#1"  # suffix of a staged input's second buffer (odd stripes load into
 def chain_layout(attrs: ChainAttrs, spad_bytes: int, stripes: tuple[Stripe, ...]) -> ChainLayout | None:
     """Where the chain's buffers go (top of the scratchpad), or None when they leave the members
     less than a quarter of it.  A staged input is double-buffered (the next stripe's rows load
-    while this stripe's are read) when both halves fit, else single-buffered."""
+    while this stripe's are read) when both halves fit, else single-buffered.  The intermediates
+    of a chain that keeps them in SRAM (``sram_bytes``) take no scratchpad."""
     members = attrs.members
     held = {k.output.name: k.output for k in members} | {t.name: t for t in staged_inputs(members, attrs.intermediates)}
     staged = {t.name for t in staged_inputs(members, attrs.intermediates)}
     sizes = []
-    for name in held_names(attrs):
+    in_sram = set(attrs.intermediates) if attrs.sram_bytes else set()
+    for name in (n for n in held_names(attrs) if n not in in_sram):
         rows = max(b - a for s in stripes for n, a, b in s.held if n == name)
         sizes.append((name, _align(max(1, rows) * row_bytes(held[name]))))
     res = [(t.name, _align(buffer_bytes(t))) for t in constant_inputs(members)] if attrs.resident_weights else []
@@ -269,10 +311,11 @@ def _macs(k: Kernel, rows: int) -> int:
     return 0
 
 
-def _member_cycles(target, k: Kernel, rows: int, dram: int, copies: int) -> int:
+def _member_cycles(target, k: Kernel, rows: int, dram: int, copies: int, sram: int = 0) -> int:
     """Roofline cycles of ``rows`` output rows of member ``k``: array MACs at peak, DRAM bytes at
-    the port, vector lane-ops (depthwise taps, elementwise work and scratchpad copies) on the
-    vector unit, plus one DMA latency per band (the pipeline fill)."""
+    the port, SRAM bytes (intermediates kept there) at the SRAM's, vector lane-ops (depthwise
+    taps, elementwise work and scratchpad copies) on the vector unit, plus one DMA latency per
+    band (the pipeline fill)."""
     macs = _macs(k, rows)
     elems = k.output.shape[0] * k.output.shape[1] * rows * k.output.shape[3]
     if k.kind == "depthwise_conv2d":
@@ -283,16 +326,21 @@ def _member_cycles(target, k: Kernel, rows: int, dram: int, copies: int) -> int:
         lanes = elems * (1 + len(k.epilogue))
     lanes += copies // k.dtype.size
     array = macs / target.peak_macs_per_cycle if k.kind == "conv2d" else 0
-    return int(max(array, dram / target.dram_bytes_per_cycle, lanes / target.vector.lanes)) + target.dma.latency_cycles
+    s = stripes_memory(target)
+    on_sram = sram / s.bytes_per_cycle if sram and s is not None else 0
+    return int(max(array, dram / target.dram_bytes_per_cycle, on_sram, lanes / target.vector.lanes)) \
+        + target.dma.latency_cycles
 
 
-def _energy(target, dtype_name: str, macs: int, dram: int, copies: int, cycles: int) -> float:
+def _energy(target, dtype_name: str, macs: int, dram: int, copies: int, cycles: int, sram: int = 0) -> float:
     e = target.energy
     mac = e.mac_int8_pj if dtype_name == "int8" else e.mac_fp16_pj
     spad = e.spad_read_pj_per_byte + e.spad_write_pj_per_byte
     m = target.activation_memory  # where the tensors the chain reads and writes live when not on chip
     per_byte = (m.read_pj_per_byte + m.write_pj_per_byte) / 2
-    return macs * mac + dram * per_byte + copies * spad + target.static_energy_pj(cycles)
+    s = stripes_memory(target)
+    sram_pj = sram * (s.read_pj_per_byte + s.write_pj_per_byte) / 2 if sram and s is not None else 0.0
+    return macs * mac + dram * per_byte + copies * spad + sram_pj + target.static_energy_pj(cycles)
 
 
 def _view_bytes(t: DramTensor) -> int:
@@ -318,12 +366,12 @@ def unfused_estimate(target, members: tuple[Kernel, ...]) -> Estimate:
 
 def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate:
     """The chain run fused over ``stripes``: external tensors read per stripe (the halo rows
-    twice), intermediates copied in scratchpad, constants loaded once when resident (then copied
-    per stripe) or per stripe."""
+    twice), intermediates copied in scratchpad (moved to and from the SRAM when the chain keeps
+    them there), constants loaded once when resident (then copied per stripe) or per stripe."""
     members, inter = attrs.members, set(attrs.intermediates)
     staged = {t.name: row_bytes(t) for t in staged_inputs(members, attrs.intermediates)}
     consts = {t.name: buffer_bytes(t) for t in constant_inputs(members)}
-    cycles = dram = copies = macs = 0
+    cycles = dram = copies = macs = sram = 0
     for s in stripes:
         for name, a, b in s.held:
             if name in staged:
@@ -332,10 +380,12 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
             if o1 <= o0:
                 continue
             band = band_kernel(k, o0, o1)
-            d = c = 0
+            d = c = r = 0
             for t in band.tensors():
                 b = _view_bytes(t)
-                if t.name in inter or t.name in staged:
+                if t.name in inter and attrs.sram_bytes:
+                    r += b
+                elif t.name in inter or t.name in staged:
                     c += b
                 elif t.name in consts:
                     if attrs.resident_weights:
@@ -345,11 +395,12 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
                 else:
                     d += b
             m = _macs(k, o1 - o0)
-            cycles += _member_cycles(target, k, o1 - o0, d, c)
-            dram, copies, macs = dram + d, copies + c, macs + m
+            cycles += _member_cycles(target, k, o1 - o0, d, c, r)
+            dram, copies, macs, sram = dram + d, copies + c, macs + m, sram + r
     if attrs.resident_weights:
         dram += sum(consts.values())
-    return Estimate(cycles, dram, copies, macs, _energy(target, members[0].dtype.name, macs, dram, copies, cycles))
+    return Estimate(cycles, dram, copies, macs,
+                    _energy(target, members[0].dtype.name, macs, dram, copies, cycles, sram))
 
 
 def program_estimate(steps, target, cycles: int | None = None) -> Estimate:

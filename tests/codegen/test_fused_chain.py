@@ -199,3 +199,62 @@ def test_cycles_not_worse_keeps_only_chains_that_are_not_slower():
                 if strict:
                     assert fused.cycles <= sum(a.cycles for a in alone)
     assert kept[False] > 0  # the energy objective alone fuses this model
+
+
+def test_int8_chain_keeps_its_intermediates_in_sram_where_the_scratchpad_is_small():
+    """On u65-like-256 (32 KiB of scratchpad beside 384 KiB of SRAM, DRAM behind) an inverted
+    residual block's expanded tensor does not fit the SRAM whole: run one layer at a time it goes
+    to DRAM and back.  Fused with its stripes in an SRAM block of its own (``sram_bytes``), only
+    the block's input, constants and output move off chip; bit for bit the integer reference's."""
+    from npuc.schedule.cascade_cost import STRIPES
+
+    torch.manual_seed(4)
+    m = InvertedResidual(16, 96, 24, 2).eval()
+    shape = (1, 16, 72, 60)  # the expanded tensor: 96 x 72 x 60 = 414,720 B
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="sram-chain"))
+    (want,) = interpret(g, x)
+    target = load_target("u65-like-256")
+    fused = compile_graph(g, target, quantize="int8", fuse_layers=True)
+    (lk,) = chains(fused)
+    assert lk.kernel.attrs.sram_bytes and stripes(lk) > 1
+    block = lk.kernel.inputs[-1].name
+    assert block.endswith(STRIPES)
+    placed = {p.buffer.name: p.memory for p in fused.compiled.plan.placed}
+    assert placed[block] == "sram"
+    (got,) = fused.run(x)
+    assert torch.equal(got, want)
+    unfused = compile_graph(g, target, quantize="int8", fuse_layers=False)
+    assert 4 * fused.profile(x).dram_bytes < unfused.profile(x).dram_bytes
+    assert fused.to_bytes() == compile_graph(g, target, quantize="int8", fuse_layers=True).to_bytes()
+
+
+def test_pricing_puts_a_tensor_in_the_fastest_memory_with_room_for_it():
+    """The cascade prices a run with its tensors where the memory plan will likely put them: on
+    u65-like-256 an activation that fits the 384 KiB SRAM beside the run's others there, a larger
+    one in DRAM, constants in DRAM; a fused block past the SRAM's tensors.  On npu-mid (one
+    DRAM) activations from its start and constants 16 MiB above."""
+    from npuc.kir.kernel import Kernel
+    from npuc.kir.program import ACTIVATION, CONSTANT, Buffer
+    from npuc.kir.tensor import DramTensor
+    from npuc.isa.enums import DType
+    from npuc.lower.cascade import pricing_offsets
+    from npuc.schedule.cascade_cost import STRIPES
+
+    def t(name, n):
+        return DramTensor(name, (n,), DType.int8)
+
+    k = Kernel("k", "eltwise", (t("small", 100_000), t("big", 500_000), t("w", 4096)), t("out", 20_000),
+               None, (), DType.int8)
+    sizes = {b.name: b for b in (Buffer("small", 100_000, ACTIVATION), Buffer("big", 500_000, ACTIVATION),
+                                 Buffer("w", 4096, CONSTANT), Buffer("out", 20_000, ACTIVATION))}
+    u65 = load_target("u65-like-256")
+    offs = pricing_offsets((k,), u65, sizes)
+    where = {name: u65.window_at(a).memory.name for name, a in offs.items()}
+    assert where == {"small": "sram", "big": "dram", "w": "dram", "out": "sram", STRIPES: "sram"}
+    assert offs[STRIPES] >= offs["out"] + 20_000 > offs["small"] + 100_000  # past the SRAM's tensors
+    mid = load_target("npu-mid")
+    offs = pricing_offsets((k,), mid, sizes)
+    assert (offs["small"], offs["big"], offs["w"]) == (0, 100_032, 1 << 24) and offs["out"] == 600_064
+    assert STRIPES not in offs

@@ -1,4 +1,4 @@
-"""``fused_chain``: member kernels run depth-first in stripes, intermediates kept in scratchpad.
+"""``fused_chain``: member kernels run depth-first in stripes, intermediates kept on chip.
 
 The tile program of a chain (``ChainAttrs``; chosen by ``npuc.lower.cascade``): the constants of
 every member are loaded once into the scratchpad when they are resident; then, for each stripe
@@ -16,6 +16,11 @@ DRAM) or in a resident constant becomes a scratchpad-to-scratchpad VUN copy of t
 elements, so an intermediate's bytes never travel to DRAM.  Every other instruction passes
 through to the real emitter, which orders the accesses (dependency tokens) as for any kernel.  int8 members requantize exactly as they do alone (the same kernels, the same
 constants), so a chain is bit-exact against the integer reference.
+
+A chain with ``sram_bytes`` keeps its intermediates' stripes in a block of the on-chip SRAM (its
+last input) instead: the same emitter re-addresses the members' DMAs of an intermediate's rows to
+the block (``LocalEmitter.moves``), and the scratchpad holds only the staged inputs and resident
+constants above the members' part.
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ from npuc.schedule.cascade_cost import (
     ChainLayout,
     Stripe,
     band_kernel,
+    chain_inputs,
     chain_layout,
     chain_stripes,
     constant_inputs,
     externals,
     row_bytes,
+    sram_layout,
     staged_inputs,
 )
 from npuc.schedule.vector_cost import program_cycles
@@ -77,7 +84,7 @@ def placed_members(k: Kernel, target: Any) -> tuple[Kernel, ...]:
     external tensors, placed by the memory plan) and the intermediates at virtual addresses."""
     a: ChainAttrs = k.attrs
     offs: dict[str, int] = {}
-    for orig, now in zip(externals(a.members, a.intermediates) + (a.members[-1].output,), k.inputs + (k.output,)):
+    for orig, now in zip(externals(a.members, a.intermediates) + (a.members[-1].output,), chain_inputs(k) + (k.output,)):
         offs.setdefault(orig.name, now.addr - orig.addr)
     offs.update(virtual_bases(k, target))
     return tuple(relocate_kernel(m, offs) for m in a.members)
@@ -112,8 +119,10 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
     bands, acc = stripe_bands(members, stripes, sub)
     program = chain_program(k, target, stripes, layout, sub, bands)
     double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
+    where = (f"in SRAM ({a.sram_bytes:,} B)" if a.sram_bytes
+             else f"in scratchpad ({sum(n for _, _, n in layout.buffers):,} B)")
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
-               f"{len(a.intermediates)} intermediates in scratchpad ({sum(n for _, _, n in layout.buffers):,} B), "
+               f"{len(a.intermediates)} intermediates {where}, "
                f"staged inputs {'double' if double else 'single'}-buffered, "
                f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
     return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
@@ -194,6 +203,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     virtual = virtual_bases(k, target)
     on_chip = on_chip_emitter(rec, sub, k)
     local = LocalEmitter(on_chip, sub, strict=(min(virtual.values()), RESIDENT_BASE))
+    in_sram = {name: k.inputs[-1].addr + off for name, off, _ in sram_layout(a, stripes)} if a.sram_bytes else {}
     if a.resident_weights:
         bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
         for name, spad, nbytes in layout.resident:
@@ -206,11 +216,15 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     for i, (s, plans) in enumerate(zip(stripes, bands)):
         rec.at(i)
         local.windows = list(fixed)
+        local.moves = []
         for name in a.intermediates:
             lo, hi = s.rows_of(name)
             rb = row_bytes(producers[name].output)
             v = virtual[name]
-            local.windows.append((v + lo * rb, v + hi * rb, buffers[name] - (v + lo * rb), name))
+            if name in in_sram:  # the stripe's rows at the start of the intermediate's part of the SRAM block
+                local.moves.append((v + lo * rb, v + hi * rb, in_sram[name] - (v + lo * rb), name))
+            else:
+                local.windows.append((v + lo * rb, v + hi * rb, buffers[name] - (v + lo * rb), name))
         for t in staged:  # this stripe's rows of each staged input: one load, read by copies
             lo, hi = s.rows_of(t.name)
             if hi <= lo:
