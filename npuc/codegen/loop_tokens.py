@@ -107,6 +107,9 @@ class _Regions:
     def hull(self, r: int, first: int, last: int) -> tuple[int, int]:
         """The smallest interval holding region ``r`` in iterations ``first..last``."""
         P = self.period
+        if P == 1:  # an affine region: its first and last iterations
+            a, b = self.at(r, first), self.at(r, last)
+            return min(a[0], b[0]), max(a[1], b[1])
         ks = {*range(first, min(last, first + P - 1) + 1), *range(max(first, last - P + 1), last + 1)}
         spans = [self.at(r, k) for k in ks]
         return min(s[0] for s in spans), max(s[1] for s in spans)
@@ -131,26 +134,25 @@ class _Pairs:
         for r, (_, mem, _) in enumerate(regs.kind):
             lo, hi = regs.hull(r, 0, n - 1)
             by_mem.setdefault(mem, []).append((lo, hi, r))
+        queue = [queues[b] for b, _, _ in regs.kind]
+        written = [w for _, _, w in regs.kind]
+        dlo, against = regs.dlo, self.against
         for mem, spans in by_mem.items():  # a sweep over each memory's hulls, in address order
             spans.sort()
             active: list[tuple[int, int]] = []  # (hull end, region)
             for lo, hi, r in spans:
                 active = [(e, x) for e, x in active if e > lo]
+                q, w = queue[r], written[r]
                 for _, x in active:
-                    self._pair(regs, queues, r, x)
-                    self._pair(regs, queues, x, r)
+                    # regions of two queues, one of them written, may meet: each noted in the
+                    # other's table (r against x's, then x against r's)
+                    if queue[x] == q or not (w or written[x]):
+                        continue
+                    if dlo[r] != dlo[x]:
+                        self.invariant = False
+                    against.setdefault((q, queue[x], mem, written[x]), {}).setdefault(x, []).append(r)
+                    against.setdefault((queue[x], q, mem, w), {}).setdefault(r, []).append(x)
                 active.append((hi, r))
-
-    def _pair(self, regs: _Regions, queues: list[int], ra: int, rb: int) -> None:
-        """Note that region ``ra`` (of queue q) may meet region ``rb`` (queue p) in ``rb``'s table."""
-        a, mem, aw = regs.kind[ra]
-        b, _, bw = regs.kind[rb]
-        q, p = queues[a], queues[b]
-        if p == q or not (aw or bw):
-            return
-        if regs.dlo[ra] != regs.dlo[rb]:
-            self.invariant = False
-        self.against.setdefault((q, p, mem, bw), {}).setdefault(rb, []).append(ra)
 
 
 def _iterations(regs: _Regions, r: int, first: int, last: int, h: tuple[int, int]) -> list[int]:
