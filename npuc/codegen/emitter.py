@@ -50,6 +50,10 @@ def _queues(bits: int) -> frozenset[Queue]:
     return frozenset(q for q in Queue if bits >> q & 1)
 
 
+# one Deps per combination of flags: waits in the low bits, signals above them
+_DEPS = tuple(Deps(_queues(key), _queues(key >> _NQ)) for key in range(1 << 2 * _NQ))
+
+
 class Emitter:
     """Collects a program in program order and inserts the dependency tokens it needs.
 
@@ -134,10 +138,12 @@ class Emitter:
             index = next(i for i, f in enumerate(fields) if f.name == m.field)
             moves[m.step].append((index, m.stride, m.period, m.phase))
         extremes = sorted({*range(1, min(nest.period, nest.n - 1) + 1), nest.n - 1} - {0})
-        moved = {k: [shifted(ins, mv, k) for ins, mv in zip(body, moves)] for k in extremes}
+        # only the steps that move are built again: the others are the body's, built and checked
+        moving = [j for j, mv in enumerate(moves) if mv]
         for k in extremes:
-            built = [self._build(op, f) for op, f in nest.iteration(k)]
-            if [b.args for b in built] != [i.args for i in moved[k]]:
+            steps = nest.iteration(k)
+            built = [self._build(*steps[j]).args for j in moving]
+            if built != [shifted(body[j], moves[j], k).args for j in moving]:
                 for j in range(nest.n):
                     for op, f in nest.iteration(j):
                         self._issue(self._build(op, f))
@@ -152,8 +158,7 @@ class Emitter:
         if not self._finished:
             self._append("END", Instr.make("END").args, _COMPUTE)
             self._finished = True
-        # one Deps per combination of flags: waits in the low bits, signals above them
-        deps = [Deps(_queues(key), _queues(key >> _NQ)) for key in range(1 << 2 * _NQ)]
+        deps = _DEPS
         instrs = [Instr(op, args, deps[w | sig << _NQ])
                   for (op, args), w, sig in zip(self._ops, self._waits, self._signals)]
         problem = program_problem(instrs)
@@ -225,9 +230,7 @@ class Emitter:
                     continue
                 for table in tables:
                     floor = max(known[p], needs.get(p, -1))
-                    lst = table[p]
-                    for k in range(len(lst) - 1, -1, -1):
-                        index, a_lo, a_hi = lst[k]
+                    for index, a_lo, a_hi in reversed(table[p]):
                         if index <= floor:
                             break
                         if a_lo < hi and lo < a_hi:

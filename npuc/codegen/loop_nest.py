@@ -22,6 +22,8 @@ the strides, and the code generation writes the nest as a ``LOOP`` directly
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
+from types import NoneType
 from typing import Any, Sequence
 
 import numpy as np
@@ -83,7 +85,7 @@ class StepRecorder:
 
     target: Any
     steps: list[Step]
-    inner: list[Step]  # the same steps tagged with the inner iteration (``at``'s second argument)
+    inner_tiles: list[int]  # the inner iteration of each step (``at``'s second argument)
     tile: list[int]
 
     @staticmethod
@@ -94,13 +96,32 @@ class StepRecorder:
         self.tile[:] = [tile, inner]
 
     def emit(self, op: str, /, **fields: Any) -> int:
-        f = tuple(fields.items())
-        self.steps.append(Step(op, f, self.tile[0]))
-        self.inner.append(Step(op, f, self.tile[1]))
+        self.steps.append(Step(op, tuple(fields.items()), self.tile[0]))
+        self.inner_tiles.append(self.tile[1])
         return len(self.steps) - 1
 
+    @property
+    def inner(self) -> "Retagged":
+        """The same steps tagged with the inner iteration."""
+        return Retagged(self.steps, self.inner_tiles)
 
-def emit_steps(steps: Sequence[Step], em: Any, finer: Sequence[Step] | None = None, phases: bool = False) -> None:
+
+@dataclass(frozen=True)
+class Retagged:
+    """``steps`` tagged with other iterations (``tiles``), built only for the slices asked for."""
+
+    steps: Sequence[Step]
+    tiles: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, i: slice) -> list[Step]:
+        return [Step(s.op, s.fields, t) for s, t in zip(self.steps[i], self.tiles[i])]
+
+
+def emit_steps(steps: Sequence[Step], em: Any, finer: "Sequence[Step] | Retagged | None" = None,
+               phases: bool = False) -> None:
     """Issue ``steps`` through the emitter ``em``: plain steps one by one, runs of repeating
     iterations as loop nests (:meth:`Emitter.emit_loop`) when the emitter takes them
     (``finer``: see :func:`refined`; ``phases``: see :func:`loop_pieces`); an emitter made
@@ -140,57 +161,126 @@ def chunks(steps: Sequence[Step]) -> list[tuple[Step, ...]]:
     return out
 
 
-def _shape(chunk: tuple[Step, ...]) -> tuple:
-    """What two repetitions must share: the ops, the field names and every value that is not a
-    plain integer (integers may move)."""
-    return tuple((s.op,) + tuple((k, None if type(v) is int else v) for k, v in s.fields) for s in chunk)
+def _getter(positions: tuple[int, ...]):
+    """A function giving the tuple of a sequence's items at ``positions``."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    if positions:
+        i = positions[0]
+        return lambda vs: (vs[i],)
+    return lambda vs: ()
 
 
 class _Values:
-    """The integer field values of every chunk as one array (built once per chunk), so that two
-    repetitions are compared in one vector subtraction rather than field by field."""
+    """Every chunk's shape as a small integer, and its integer field values as one array.
+
+    A chunk's shape is what two repetitions must share: the ops, the field names and every value
+    that is neither a plain integer (integers may move) nor None (equal shapes, equal numbers), so
+    that runs of chunks compare as lists of integers.  The values make two repetitions compare in
+    one vector subtraction rather than field by field.  A step's form (its op, field names and
+    value types) is analysed once per loop_pieces call: a step then costs a few C-level calls,
+    not a Python loop over its fields."""
 
     def __init__(self, cs: list[tuple[Step, ...]]) -> None:
         self.cs = cs
+        self.shapes: list[int] = []
+        self._lists: list[list[int]] = []
+        self._names: list[list[list[str]]] = []  # per chunk, per step: the fields of its integers
+        self._keys: dict[int, tuple[list[int], list[str]]] = {}
         self._vals: dict[int, np.ndarray] = {}
-        self._keys: dict[int, list[tuple[int, str]]] = {}
-        self._units: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        self._forms: dict[tuple, tuple] = {}
+        self._ids: dict[tuple, int] = {}  # form id of each (op, field names, kept positions)
+        ids: dict[tuple, int] = {}
+        for chunk in cs:
+            shape, vals, names = self._scan(chunk)
+            self.shapes.append(ids.setdefault(shape, len(ids)))
+            self._lists.append(vals)
+            self._names.append(names)
 
-    def _chunk(self, c: int) -> np.ndarray:
-        got = self._vals.get(c)
-        if got is None:
-            chunk = self.cs[c]
-            got = self._vals[c] = np.array([v for st in chunk for _, v in st.fields if type(v) is int], np.int64)
-            self._keys[c] = [(j, k) for j, st in enumerate(chunk) for k, v in st.fields if type(v) is int]
+    def _form(self, op: str, names: tuple[str, ...], types: tuple[type, ...]) -> tuple:
+        """(form id, getter of the kept values, getter of the integers, their field names) of
+        the steps of op ``op`` whose fields have these names and value types."""
+        kept = tuple(i for i, t in enumerate(types) if t is not int and t is not NoneType)
+        ints = tuple(i for i, t in enumerate(types) if t is int)
+        form = self._ids.setdefault((op, names, kept), len(self._ids))
+        got = self._forms[(op, names, types)] = (form, _getter(kept), _getter(ints), [names[i] for i in ints])
         return got
 
-    def unit(self, c: int, period: int) -> np.ndarray:
-        parts = [self._chunk(c + i) for i in range(period)]
-        return parts[0] if period == 1 else np.concatenate(parts)
+    def _scan(self, chunk: tuple[Step, ...]) -> tuple[tuple, list[int], list[list[str]]]:
+        """(shape, integer values, per step the fields of its integers) of a chunk."""
+        forms = self._forms
+        shape: list[tuple] = []
+        vals: list[int] = []
+        names: list[list[str]] = []
+        for st in chunk:
+            fields, values = zip(*st.fields) if st.fields else ((), ())
+            types = tuple(map(type, values))
+            got = forms.get((st.op, fields, types)) or self._form(st.op, fields, types)
+            shape.append((got[0], got[1](values)))
+            vals.extend(got[2](values))
+            names.append(got[3])
+        return tuple(shape), vals, names
 
-    def keys(self, c: int, period: int) -> list[tuple[int, str]]:
-        """(step in the unit, field) of every value of the unit at ``c``."""
-        got = self._units.get((c, period))
-        if got is not None:
-            return got
-        out = self._units[(c, period)] = []
-        base = 0
-        for i in range(period):
-            self._chunk(c + i)
-            out.extend((base + j, k) for j, k in self._keys[c + i])
-            base += len(self.cs[c + i])
-        return out
+    def chunk(self, c: int) -> np.ndarray:
+        got = self._vals.get(c)
+        if got is None:
+            got = self._vals[c] = np.array(self._lists[c], np.int64)
+        return got
+
+    def keys(self, c: int) -> tuple[list[int], list[str]]:
+        """(step, field) of every value of chunk ``c``, as two lists."""
+        got = self._keys.get(c)
+        if got is None:
+            steps: list[int] = []
+            fields: list[str] = []
+            for j, names in enumerate(self._names[c]):
+                steps.extend([j] * len(names))
+                fields.extend(names)
+            got = self._keys[c] = (steps, fields)
+        return got
 
 
-def _moved(values: _Values, c: int, period: int, other: int) -> dict[tuple[int, str], int]:
-    """{(step, field): b - a} for every integer field that differs between the unit of ``period``
-    chunks at ``c`` and the one at ``other`` (units of the same shape)."""
-    d = values.unit(other, period) - values.unit(c, period)
+def _diff(values: _Values, c: int, period: int, other: int) -> np.ndarray:
+    """The integer values of the unit of ``period`` chunks at ``other`` less those of the one at
+    ``c`` (units of the same shape), as one array."""
+    parts = [values.chunk(other + i) - values.chunk(c + i) for i in range(period)]
+    return parts[0] if period == 1 else np.concatenate(parts)
+
+
+def _moved(values: _Values, c: int, period: int, d: np.ndarray) -> dict[tuple[int, str], int]:
+    """{(step, field): change} for every integer field of the unit of ``period`` chunks at ``c``
+    that ``d`` (:func:`_diff`) changes."""
     nz = np.flatnonzero(d)
     if not len(nz):
         return {}
-    keys = values.keys(c, period)
-    return {keys[i]: int(d[i]) for i in nz}
+    out: dict[tuple[int, str], int] = {}
+    base = at = 0  # the unit's first step and value in chunk c + i
+    i, steps, fields, end = -1, (), (), 0
+    for n, delta in zip(nz.tolist(), d[nz].tolist()):
+        while n >= end:
+            if i >= 0:
+                base += len(values.cs[c + i])
+                at = end
+            i += 1
+            steps, fields = values.keys(c + i)
+            end = at + len(steps)
+        out[(base + steps[n - at], fields[n - at])] = delta
+    return out
+
+
+def _as_arrays(model: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The strides, periods and phases of ``model``'s fields, in its order."""
+    return tuple(np.array([m[i] for m in model.values()], np.int64) for i in range(3))
+
+
+def _keeps(d: np.ndarray, moving: np.ndarray, arrays: tuple[np.ndarray, ...], k: int) -> bool:
+    """Whether repetition ``k``, ``d`` (:func:`_diff`) from the first, moves as the model of
+    ``arrays`` (:func:`_as_arrays`) says: then :func:`_fit` would return the model itself.
+    ``moving``: the positions in ``d`` of the model's fields, in its order (those repetition 1
+    moved: the model never gains a field)."""
+    strides, periods, phases = arrays
+    offsets = np.where(periods == 0, k * strides, ((k + phases) % np.maximum(periods, 1) - phases) * strides)
+    return np.array_equal(d[moving], offsets) and np.count_nonzero(d) == np.count_nonzero(offsets)
 
 
 DRAM_FIELDS = frozenset({"dram_addr"})
@@ -201,6 +291,8 @@ def _fit(model: dict, moved: dict, k: int, phases: bool = True) -> dict | None:
     that has moved by ``k`` strides so far and comes back short of (or to) its first value is a
     buffer rotation (as :func:`npuc.codegen.reroll._advance` finds them); ``phases=False``
     takes only rotations that start at their first place."""
+    if not moved.keys() <= model.keys():
+        return None
     new = None
     for key, (stride, period, phase) in model.items():
         got = moved.get(key, 0)
@@ -215,12 +307,10 @@ def _fit(model: dict, moved: dict, k: int, phases: bool = True) -> dict | None:
             new[key] = found
             continue
         return None
-    if any(key not in model for key in moved):
-        return None
     return model if new is None else new
 
 
-def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, values: _Values,
+def _run(cs: list[tuple[Step, ...]], shapes: list[int], c: int, period: int, values: _Values,
          phases: bool = False) -> tuple[int, dict]:
     """(repetitions, moves model) of the run of ``period``-chunk units starting at chunk ``c``."""
     key = shapes[c:c + period]
@@ -229,7 +319,10 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
     size = sum(len(x) for x in cs[c:c + period])
     if not size or size > MAX_BODY:
         return 1, {}
-    model = {k: (s, 0, 0) for k, s in _moved(values, c, period, c + period).items()}
+    d = _diff(values, c, period, c + period)
+    moving = np.flatnonzero(d)
+    model = {k: (s, 0, 0) for k, s in _moved(values, c, period, d).items()}
+    arrays = _as_arrays(model)
     # a rotation entered part way only for a unit of several forms (the weight blocks of a channel
     # block over a pool of another size): a unit of one form of the array engine rolls chunk by
     # chunk instead; a tile program's chunk holds steps of three tiles (the next fetch, this
@@ -238,9 +331,15 @@ def _run(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, period: int, v
     count = 2
     while (c + (count + 1) * period <= len(cs) and count < MAX_ITERATIONS
            and shapes[c + count * period:c + (count + 1) * period] == key):
-        nxt = _fit(model, _moved(values, c, period, c + count * period), count, phases)
+        d = _diff(values, c, period, c + count * period)
+        if _keeps(d, moving, arrays, count):
+            count += 1
+            continue
+        nxt = _fit(model, _moved(values, c, period, d), count, phases)
         if nxt is None:
             break
+        if nxt is not model:
+            arrays = _as_arrays(nxt)
         model, count = nxt, count + 1
     return count, model
 
@@ -259,7 +358,7 @@ def _slot_count(model: dict) -> int:
     return len(model) if used is None else len(used)
 
 
-def _best(cs: list[tuple[Step, ...]], shapes: list[tuple], c: int, values: _Values,
+def _best(cs: list[tuple[Step, ...]], shapes: list[int], c: int, values: _Values,
           phases: bool = False) -> tuple[int, int, int, dict]:
     """(score, period in chunks, repetitions, moves) of the best run at chunk ``c``: the steps
     it covers less its body, less :data:`MOVE_COST` per stride slot its moves take (a unit
@@ -284,8 +383,8 @@ def loop_pieces(steps: Sequence[Step], phases: bool = False) -> list[tuple[Step,
     ``phases``: a unit of several forms may meet a buffer rotation part way (:class:`Move`'s
     phase), as the array engine's weight pools do."""
     cs = chunks(steps)
-    shapes = [_shape(c) for c in cs]
     values = _Values(cs)
+    shapes = values.shapes
     out: list[tuple[Step, ...] | LoopNest] = []
     flat: list[Step] = []
     found: dict[int, tuple[int, int, int, dict]] = {}
@@ -316,7 +415,7 @@ def loop_pieces(steps: Sequence[Step], phases: bool = False) -> list[tuple[Step,
     return out
 
 
-def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: Sequence[Step],
+def refined(pieces: list[tuple[Step, ...] | LoopNest], finer: "Sequence[Step] | Retagged",
             phases: bool = False) -> list[tuple[Step, ...] | LoopNest]:
     """``pieces`` with every plain run cut again by the iterations of ``finer`` (the same steps
     tagged with an inner loop's iterations: the array engine's reduction blocks inside its

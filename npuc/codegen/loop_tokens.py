@@ -31,6 +31,8 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from npuc.isa.enums import Mem, Queue
 from npuc.isa.instr import Instr
 from npuc.isa.loops import slot_offset
@@ -104,12 +106,18 @@ class _Regions:
         ph, q = k % self.period, k // self.period
         return self.lo[ph][r] + q * self.dlo[r], self.hi[ph][r] + q * self.dhi[r]
 
-    def hull(self, r: int, first: int, last: int) -> tuple[int, int]:
-        """The smallest interval holding region ``r`` in iterations ``first..last``."""
+    def hulls(self, first: int, last: int) -> tuple[list[int], list[int]]:
+        """The smallest interval holding each region in iterations ``first..last``, as (lows,
+        highs): its bounds in the first and the last period of them (an affine function of the
+        iteration per phase is extreme at its first or its last)."""
+        if not hasattr(self, "_arrays"):
+            self._arrays = tuple(np.array(x, np.int64) for x in (self.lo, self.hi, self.dlo, self.dhi))
+        lo, hi, dlo, dhi = self._arrays
         P = self.period
-        ks = {*range(first, min(last, first + P - 1) + 1), *range(max(first, last - P + 1), last + 1)}
-        spans = [self.at(r, k) for k in ks]
-        return min(s[0] for s in spans), max(s[1] for s in spans)
+        ks = sorted({*range(first, min(last, first + P - 1) + 1), *range(max(first, last - P + 1), last + 1)})
+        ph = np.array([k % P for k in ks])
+        q = np.array([k // P for k in ks], np.int64)[:, None]
+        return (lo[ph] + q * dlo).min(0).tolist(), (hi[ph] + q * dhi).max(0).tolist()
 
 
 def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -128,29 +136,28 @@ class _Pairs:
         self.against: dict[tuple[int, int, Mem, bool], dict[int, list[int]]] = {}
         self.invariant = all(regs.dlo[r] == regs.dhi[r] for r in range(len(regs.kind)))
         by_mem: dict[Mem, list[tuple[int, int, int]]] = {}
+        lows, highs = regs.hulls(0, n - 1)
         for r, (_, mem, _) in enumerate(regs.kind):
-            lo, hi = regs.hull(r, 0, n - 1)
-            by_mem.setdefault(mem, []).append((lo, hi, r))
+            by_mem.setdefault(mem, []).append((lows[r], highs[r], r))
+        queue = [queues[b] for b, _, _ in regs.kind]
+        written = [w for _, _, w in regs.kind]
+        dlo, against = regs.dlo, self.against
         for mem, spans in by_mem.items():  # a sweep over each memory's hulls, in address order
             spans.sort()
             active: list[tuple[int, int]] = []  # (hull end, region)
             for lo, hi, r in spans:
                 active = [(e, x) for e, x in active if e > lo]
+                q, w = queue[r], written[r]
                 for _, x in active:
-                    self._pair(regs, queues, r, x)
-                    self._pair(regs, queues, x, r)
+                    # regions of two queues, one of them written, may meet: each noted in the
+                    # other's table (r against x's, then x against r's)
+                    if queue[x] == q or not (w or written[x]):
+                        continue
+                    if dlo[r] != dlo[x]:
+                        self.invariant = False
+                    against.setdefault((q, queue[x], mem, written[x]), {}).setdefault(x, []).append(r)
+                    against.setdefault((queue[x], q, mem, w), {}).setdefault(r, []).append(x)
                 active.append((hi, r))
-
-    def _pair(self, regs: _Regions, queues: list[int], ra: int, rb: int) -> None:
-        """Note that region ``ra`` (of queue q) may meet region ``rb`` (queue p) in ``rb``'s table."""
-        a, mem, aw = regs.kind[ra]
-        b, _, bw = regs.kind[rb]
-        q, p = queues[a], queues[b]
-        if p == q or not (aw or bw):
-            return
-        if regs.dlo[ra] != regs.dlo[rb]:
-            self.invariant = False
-        self.against.setdefault((q, p, mem, bw), {}).setdefault(rb, []).append(ra)
 
 
 def _iterations(regs: _Regions, r: int, first: int, last: int, h: tuple[int, int]) -> list[int]:
@@ -193,13 +200,12 @@ def _state(em: "Emitter", start: int, k: int, regs: _Regions, pairs: _Pairs, nst
     pending = tuple(em._pending)
     live: list[Any] = []
     total = 0
-    future: dict[int, tuple[int, int]] = {}
+    lows, highs = regs.hulls(k + 1, n - 1)  # every region's over the remaining iterations
     for (q, p, mem, writes), against in pairs.against.items():
         floor = em._known[q][p]
         for rb, ras in against.items():
             b = regs.kind[rb][0]
-            hs = [future.get(ra) or future.setdefault(ra, regs.hull(ra, k + 1, n - 1)) for ra in ras]
-            h = (min(x[0] for x in hs), max(x[1] for x in hs))
+            h = (min(lows[ra] for ra in ras), max(highs[ra] for ra in ras))
             first = max(0, (floor - start - b) // nsteps + 1)
             its = _iterations(regs, rb, first, k, h)
             total += len(its)
@@ -213,10 +219,10 @@ def _state(em: "Emitter", start: int, k: int, regs: _Regions, pairs: _Pairs, nst
 def _clear_before(em: "Emitter", start: int, regs: _Regions, queues: list[int], first: int) -> bool:
     """Whether no access before the loop that a body queue does not know complete meets that
     queue's accesses in iterations ``first..n-1``."""
-    n = regs.n
+    lows, highs = regs.hulls(first, regs.n - 1)
     for r, (b, mem, writes) in enumerate(regs.kind):
         q = queues[b]
-        h = regs.hull(r, first, n - 1)
+        h = lows[r], highs[r]
         for p in range(len(_QUEUES)):
             if p == q:
                 continue

@@ -49,6 +49,7 @@ from npuc.schedule.problem import (
     QADD_RECORD_BYTES,
     ArrayProblem,
     ArrayTiling,
+    InputGeometry,
     Step,
     chunks,
     footprint,
@@ -122,6 +123,7 @@ class ArrayEngine:
         self.w_loaded = False
         self.by_planes = False  # this step's weight block arrives plane by plane
         self.out_slot = 0
+        self.reductions: dict[int, tuple[InputGeometry, int, list]] = {}
 
     def run(self) -> None:
         """Emit the problem: the loop nest's steps recorded, one iteration per output tile (its
@@ -184,9 +186,18 @@ class ArrayEngine:
                 self.em.emit(op, **_shifted(f, base, ("local_addr",)))
         return self.w_addrs[plan.slot[i]]
 
+    def _reduction(self, tc: int) -> tuple[InputGeometry, int, list]:
+        """(input geometry, weight rows, reduction chunks) of a reduction block of ``tc`` channels
+        (the same for every step of the block's size: computed once)."""
+        got = self.reductions.get(tc)
+        if got is None:
+            p, t = self.p, self.t
+            got = self.reductions[tc] = (input_geometry(p, t, tc), weight_rows(p, tc), chunks(p, t, tc, self.rows))
+        return got
+
     def _compute(self, s: Step, xb: int, wb: int) -> None:
         p, t, es = self.p, self.t, self.p.es
-        g = input_geometry(p, t, s.tc)
+        g, krows, cks = self._reduction(s.tc)
         dt = p.dtype.name
         in_s0 = p.x.out_step * g.slot * es
         in_s1 = (g.row_elems if t.unfold else p.y.out_step * g.row_elems) * es
@@ -194,8 +205,6 @@ class ArrayEngine:
         if t.dataflow is Dataflow.output_stationary:
             self._compute_os(s, xb, wb, g.slot * es)
             return
-        krows = weight_rows(p, s.tc)
-        cks = chunks(p, t, s.tc, self.rows)
         wcols, wcol = (p.n, s.n0) if t.wide_weights else (s.tn, 0)  # the block's columns, the step's first
         cols = range(0, s.tn, self.cols)
         # reduction chunks outside while the weight block arrives plane by plane (each chunk's
