@@ -123,10 +123,13 @@ def epilogue_time(target: Target, p: ArrayProblem, m: int, tn: int) -> int:
     return total
 
 
-def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[int, int]:
-    """(array cycles, MATMUL count) of one step: every reduction chunk times every column
-    subtile, each MATMUL pipelined behind the one before it (paced by the array or by the weight
-    loader filling the next tile beside it); the first LOAD_WEIGHTS of the step is not hidden."""
+def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple[int, int, int]:
+    """(array cycles, MATMUL count, the first LOAD_WEIGHTS's cycles) of one step: every
+    reduction chunk times every column subtile, each MATMUL pipelined behind the one before it
+    (paced by the array or by the weight loader filling the next tile beside it).  The step's
+    first LOAD_WEIGHTS is not in the array cycles: it is hidden behind the previous step's last
+    MATMUL when the array goes straight on (a LOAD_WEIGHTS starts as soon as the MATMUL before it
+    has started), and exposed when the step waits for its operands (the walk adds it then)."""
     table = _table(target)
     cols = target.array.cols
     dt = p.dtype.name
@@ -139,7 +142,7 @@ def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tu
             for n, nn in sorted(ns.items()):
                 total += nm * nn * table.time("MATMUL_OS", dict(dtype=dt, m=m, k=s.tc, n=n))[0]
                 count += nm * nn
-        return total, count
+        return total, count, 0
     ks = Counter(ch.k for ch in chunks(p, t, s.tc, target.array.rows))
     ns = Counter(min(cols, s.tn - j) for j in range(0, s.tn, cols))
     total = count = 0
@@ -150,8 +153,7 @@ def step_compute(target: Target, p: ArrayProblem, t: ArrayTiling, s: Step) -> tu
             lw = table.time("LOAD_WEIGHTS", dict(dtype=dt, k=k, n=n))[0]
             total += nk * nn * max(mm, lw)
             count += nk * nn
-    total += table.time("LOAD_WEIGHTS", dict(dtype=dt, k=max(ks), n=min(cols, s.tn)))[0]
-    return total, count
+    return total, count, table.time("LOAD_WEIGHTS", dict(dtype=dt, k=max(ks), n=min(cols, s.tn)))[0]
 
 
 # ----------------------------------------------------------------------------- the estimate
@@ -310,7 +312,7 @@ class _Costs:
             hit = self.memo[key] = self._pure(key, lambda: self.table.time(*output_store(self.p, s)))
         return hit
 
-    def compute(self, s: Step) -> tuple[int, int]:
+    def compute(self, s: Step) -> tuple[int, int, int]:
         key = ("c", s.th, s.tw, s.tn, s.tc)
         hit = self.memo.get(key)
         if hit is None:
@@ -440,15 +442,16 @@ class _Walk:
             ready, w_last = max(ready, own[0]), own[1]
         else:
             ready = max(ready, self.w_ready[w_slot])
-        mm, count = costs.compute(s)
+        mm, count, lw = costs.compute(s)
         if w_last:  # the chunks of the last plane run after it arrives
-            tail = w_last + mm // max(1, len(costs.weights(s, planes=True)))
+            tail = w_last + lw + mm // max(1, len(costs.weights(s, planes=True)))
         self.instrs += count if self.t.dataflow is Dataflow.output_stationary else 2 * count
         self.array += mm
-        self.compute += fill + mm
         if s.first:  # a new output tile: its accumulator tile must be free of the last epilogue
             ready = max(ready, self.acc_free[self.acc_slot])
-        self.t_comp = max(self.t_comp + mm, ready + mm, tail)
+        # the first LOAD_WEIGHTS runs beside the previous MATMUL unless the step waits
+        self.compute += fill + mm + max(0, min(lw, ready + lw - self.t_comp))
+        self.t_comp = max(self.t_comp + mm, ready + lw + mm, tail)
         self.xp.free_at[x_slot] = self.w_free[w_slot] = self.t_comp
         r0, r1 = s.x_rows(p)
         for r in range(r0, r1):
@@ -522,8 +525,9 @@ def estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | Non
 def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict | None = None) -> tuple[int, int]:
     """A walk-free estimate for ranking candidates, (cycles, DRAM port cycles): loads counted per
     input band and weight block from the loop order and buffer counts, compute summed per tile
-    class, total = the larger of compute and DMA plus the first tile's load.  ``shared``: the
-    problem's memo across tilings (see ``_Costs``)."""
+    class (each step's first LOAD_WEIGHTS included: without the walk it is not known which
+    steps wait for their operands), total = the larger of compute and DMA plus the first tile's
+    load.  ``shared``: the problem's memo across tilings (see ``_Costs``)."""
     costs = _Costs(target, p, t, shared)
     rts, xs, ns, cs = row_tiles(p, t), blocks(p.x.out, t.tw), blocks(p.n, t.tn), blocks(p.c, t.tc)
     bands = blocks(p.y.out, t.band_rows)
@@ -549,7 +553,8 @@ def quick_estimate(target: Target, p: ArrayProblem, t: ArrayTiling, shared: dict
             for tn, nn in tns:
                 for tc, nc in tcs:
                     s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, tc, True, True, r.y0, r.bh)
-                    comp += ny * nx * nn * nc * costs.compute(s)[0]
+                    mm, _, lw = costs.compute(s)
+                    comp += ny * nx * nn * nc * (mm + lw)
                 s = Step(0, r.oy0, th, ox0, tw, 0, tn, 0, cs[0][1], True, True, r.y0, r.bh)
                 epi += ny * nx * nn * costs.epilogue(s)
                 store += ny * nx * nn * (costs.store(s)[0] + sum(costs.operand(i, o, s)[0] for i, o in enumerate(p.operands) if o is not None and not o.spatial_broadcast))
