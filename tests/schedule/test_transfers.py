@@ -371,8 +371,9 @@ def test_int8_weights_of_two_reduction_blocks_are_also_offered_streamed():
     it is the streamed layout of ``streamed_variant``, yet the main sweep offers it only with
     its weights made resident (in blocks of every output channel).  The second pool offers it
     as it is (``sweep_streamed``): ResNet-50's stage-2 expansion (128 -> 512 at 28x28) then
-    streams its weights and keeps the array busy, within 0.7% of its MAC bound (the resident
-    layout chosen before: 1.5% over it), in fewer DRAM bytes."""
+    streams its weights and keeps the array busy, within 1.2% of its MAC bound (the resident
+    layout chosen before: 1.5% over it; of the streamed tilings, the search takes one of fewer
+    instructions within 0.5% of the fastest, ``CODE_SLACK``), in fewer DRAM bytes."""
     from npuc.schedule import search
 
     k = conv(I8, 1, 128, 28, 28, 512, 1)
@@ -388,4 +389,4 @@ def test_int8_weights_of_two_reduction_blocks_are_also_offered_streamed():
     r = run_kernel(k, MID, vals, functional=False)
     chosen = r.plan.details
     assert chosen.order == "n_outer" and not chosen.wide_weights and chosen.w_slots == 2, r.plan.summary
-    assert r.result.total_cycles <= 1.007 * lower_bound(MID, p), r.plan.summary
+    assert r.result.total_cycles <= 1.012 * lower_bound(MID, p), r.plan.summary
