@@ -69,6 +69,16 @@ def forcing(monkeypatch, change):
     monkeypatch.setattr(array_conv, "array_plan", forced)
 
 
+def forced_run(placed: Kernel, target, t: ArrayTiling, dram: np.ndarray, functional: bool = False):
+    """The simulator's run of ``placed`` emitted at tiling ``t`` (the search bypassed)."""
+    impl = get_kernel(placed.kind)
+    plan = dataclasses.replace(impl.plan(placed, target), details=t)
+    em = Emitter(target)
+    impl.emit(placed, plan, em)
+    prog, _ = em.finish()
+    return simulate(prog, target, dram, functional=functional)
+
+
 def run_fp16(k: Kernel, target, seed=0):
     rng = np.random.default_rng(seed)
     x, w = k.inputs
@@ -253,12 +263,7 @@ def test_cost_model_follows_banded_tilings(fields, target):
     placed, size = place(k)
     p = conv_problem(placed)
     t = ArrayTiling(tw=56, tn=32, tc=32, w_slots=4, acc_slots=2, **fields)
-    impl = get_kernel("conv2d")
-    plan = dataclasses.replace(impl.plan(placed, target), details=t)
-    em = Emitter(target)
-    impl.emit(placed, plan, em)
-    prog, _ = em.finish()
-    sim = simulate(prog, target, np.zeros(size, np.uint8), functional=False)
+    sim = forced_run(placed, target, t, np.zeros(size, np.uint8))
     e = estimate(target, p, t)
     assert abs(e.cycles - sim.total_cycles) <= 0.05 * sim.total_cycles, (e.cycles, sim.total_cycles, str(t))
     assert e.dram_bytes == sim.dram_bytes_read + sim.dram_bytes_written
@@ -334,12 +339,7 @@ def test_head_and_tail_tiles_cover_every_output_once_and_compute_it(fields):
     x_t, w_t = placed.inputs[:2]
     x_t.write_numpy(dram, xv)
     w_t.write_numpy(dram, wv)
-    impl = get_kernel("conv2d")
-    plan = dataclasses.replace(impl.plan(placed, MID), details=t)
-    em = Emitter(MID)
-    impl.emit(placed, plan, em)
-    prog, _ = em.finish()
-    sim = simulate(prog, MID, dram, functional=True)
+    sim = forced_run(placed, MID, t, dram, functional=True)
     assert abs(estimate(MID, p, t).cycles - sim.total_cycles) <= 0.05 * sim.total_cycles
     want = F.conv2d(torch.from_numpy(xv).float(), torch.from_numpy(wv).float(), padding=1)
     got = torch.from_numpy(placed.output.to_numpy(np.frombuffer(sim.dram, np.uint8)).astype(np.float32))
@@ -357,12 +357,7 @@ def test_a_steps_first_weight_load_runs_beside_the_last_matmul():
     placed, size = place(k)
     p = conv_problem(placed)
     t = ArrayTiling(2, 28, 128, 32, "n_outer", band=28, x_slots=4, w_slots=4, acc_slots=2)
-    impl = get_kernel("conv2d")
-    plan = dataclasses.replace(impl.plan(placed, MID), details=t)
-    em = Emitter(MID)
-    impl.emit(placed, plan, em)
-    prog, _ = em.finish()
-    sim = simulate(prog, MID, np.zeros(size, np.uint8), functional=False)
+    sim = forced_run(placed, MID, t, np.zeros(size, np.uint8))
     assert abs(estimate(MID, p, t).cycles - sim.total_cycles) <= 0.003 * sim.total_cycles
 
 
