@@ -60,6 +60,7 @@ from npuc.codegen.kernel import SramArena
 from npuc.errors import CompileError
 from npuc.isa.enums import DType, UnOp
 from npuc.isa.instr import field_max
+from npuc.kir import records as channel_records
 from npuc.kir.kernel import BINARY_EPILOGUE_OPS, COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, EpilogueOp, qadd_step
 from npuc.kir.tensor import DramTensor
 from npuc.schedule.int8_epilogue import Block, requant_instrs
@@ -672,6 +673,13 @@ def emit_acc_to_tile(em: Any, src: Tile, dst: Tile) -> None:
         em.emit("VCVT", src_dtype=src.dtype.name, dst_dtype=dst.dtype.name, n0=dst.cols, n1=n1,
                 src_space=src.space, src=src.addr + r0 * src.s1, src_s0=src.s0, src_s1=src.s1 if n1 > 1 else 0,
                 dst_space=dst.space, dst=dst.addr + r0 * dst.s1, dst_s0=dst.s0, dst_s1=dst.s1 if n1 > 1 else 0)
+
+
+def load_channel_records(em: Any, rec: DramTensor, records: int) -> None:
+    """Load every channel's REQUANT records from their stored form (``rec``, npuc.kir.records) into
+    8-byte records at scratchpad address ``records``."""
+    for op, f in channel_records.load_instrs(rec.addr, channel_records.channels(rec.shape[0]), records):
+        em.emit(op, **f)
 
 
 def emit_bias_requant(em: Any, acc: Tile, dst: Tile, bias: Tile | None, records: int, zero_point: int,

@@ -13,7 +13,7 @@ next layer are fetched while the current one computes.
 
 The choice is the cost model's: every kernel is planned and counted as the on-chip plan does
 (``npuc.codegen.resident_plan.kernel_traffic``); a constant is staged when the flash bytes its
-reads would save exceed what the copy costs (one read of it from its memory, one write and
+reads would save exceed what the copy costs (one read of it from its memory, in whole bursts, one write and
 its re-reads in the faster memory, the copy's scratchpad bytes), and only for kernels that are
 not fused chains (whose members address their constants themselves).
 """
@@ -81,8 +81,9 @@ def worth_staging(m: LoweredModel) -> dict[str, tuple[str, float]]:
                 if reads <= size:
                     continue
                 now = reads * w.read_pj_per_byte
-                staged = (size * (w.read_pj_per_byte + fast.write_pj_per_byte + e.spad_read_pj_per_byte
-                                  + e.spad_write_pj_per_byte) + reads * fast.read_pj_per_byte)
+                copied = -(-size // w.burst_bytes) * w.burst_bytes  # the copy reads it as one run, in whole bursts
+                staged = (copied * w.read_pj_per_byte + size * (fast.write_pj_per_byte + e.spad_read_pj_per_byte
+                                                                + e.spad_write_pj_per_byte) + reads * fast.read_pj_per_byte)
                 if now > staged:
                     out[n] = (k.name, now - staged)
     return out

@@ -6,7 +6,8 @@ reference semantics run, so the simulator's result is the reference's by constru
 =============== ============================================================================
 ``qconv2d``     ``conv2d`` (or ``depthwise_conv2d`` when groups = C = O) with the folded int32
                 bias (``arith.folded_bias``) and per-channel REQUANT records
-                (``arith.channel_multipliers``); padding holds the input zero point
+                (``arith.channel_multipliers``, stored as ``npuc.kir.records`` says); padding
+                holds the input zero point
 ``qconv_transpose2d`` the float conv_transpose2d's kernels (a buffer filled with the input zero
                 point's code, the input copied into it with the stride, a stride-1 ``conv2d``)
                 with the flipped weights, their folded bias and per-channel records
@@ -30,6 +31,7 @@ import math
 import numpy as np
 import torch
 
+from npuc.kir import records as channel_records
 from npuc.kir.kernel import EpilogueOp, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
 from npuc.codegen.kernels.vector_pool import record_divisors
 from npuc.kir.tensor import DramTensor
@@ -63,11 +65,13 @@ def _weight_scales(w: Value, n: int) -> tuple[float, ...]:
     return tuple(s) if len(s) == n else tuple(s) * n
 
 
-def _consts(ctx: LowerContext, node: Node, bias: torch.Tensor, records: torch.Tensor) -> tuple[DramTensor, DramTensor]:
-    """The folded bias and the REQUANT records of ``node`` as int32 constants."""
+def _consts(ctx: LowerContext, node: Node, bias: torch.Tensor, mults, shifts) -> tuple[DramTensor, DramTensor]:
+    """The folded bias (int32 ``[n]``) and the per-channel REQUANT records (stored as
+    ``npuc.kir.records`` says: int8 ``[5 n]``) of ``node`` as constants."""
     base = node.outputs[0].name
+    stored = torch.from_numpy(channel_records.pack(mults, shifts))
     return (ctx.const_tensor(base, bias.to(torch.int32), "~qbias", I32),
-            ctx.const_tensor(base, records, "~requant", I32))
+            ctx.const_tensor(base, stored, "~requant", DType.int8))
 
 
 def quant_macs(node: Node) -> int:
@@ -107,7 +111,7 @@ def _conv_like_constants(ctx: LowerContext, node: Node, n: int, weight: torch.Te
     a = node.attrs
     bias = arith.folded_bias(wc.numpy(), None if bc is None else bc.numpy(), zx)
     mults, shifts = arith.channel_multipliers(sx, scales or _weight_scales(w, n), a.out_scale)
-    return _consts(ctx, node, torch.from_numpy(bias), _records(mults, shifts))
+    return _consts(ctx, node, torch.from_numpy(bias), mults, shifts)
 
 
 def _quant(node: Node, zx: int) -> QuantAttrs:
@@ -189,7 +193,7 @@ def lower_qmatmul(ctx: LowerContext, node: Node):
     at = broadcast_to(ctx.tensor(a), batch + (m, kk))
     bt = broadcast_to(ctx.tensor(b), batch + (kk, n))
     pair = arith.quantize_multiplier(sa * sb / node.attrs.out_scale)
-    consts = _consts(ctx, node, torch.zeros(n, dtype=torch.int32), _records([pair[0]] * n, [pair[1]] * n))
+    consts = _consts(ctx, node, torch.zeros(n, dtype=torch.int32), [pair[0]] * n, [pair[1]] * n)
     kern = ctx.kernel(node, "gemm", (at, bt, *consts), ctx.out(y))
     return single(_with_quant(kern, QuantAttrs(0, node.attrs.out_zero_point)))
 

@@ -23,10 +23,13 @@ from typing import Any
 
 from npuc.isa.enums import Dataflow, UnOp
 from npuc.isa.instr import build_args, get_def
+from npuc.kir import records
 from npuc.kir.kernel import COMMUTATIVE_EPILOGUE_OPS, UNARY_EPILOGUE_OPS, qadd_step
 from npuc.memo import on_forget
 from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, row_tiles, steps
+from npuc.schedule.problem import (
+    ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, quant_slots, row_tiles, steps,
+)
 from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_loads, weight_loads, weight_plan, WeightLoad
 from npuc.targets import Target
 
@@ -320,11 +323,16 @@ class _Costs:
             hit = self.memo[key] = self._pure(pure, lambda: step_compute(self.target, self.p, self.t, s))
         return hit
 
-    def quant(self, s: Step) -> tuple[tuple[int, int], ...]:
-        key = ("q", s.tn)
+    def quant(self, s: Step) -> tuple[tuple[tuple[int, int], ...], int]:
+        """(busy, latency) of each DMA of a load of the bias and records, and the vector cycles
+        of widening their shifts (npuc.kir.records)."""
+        instrs = quant_loads(self.p, self.t, s).instrs
+        key = ("q", instrs[0][1]["n0"])
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self._pure(key, lambda: self.dmas(quant_loads(self.p, s)[1]))
+            hit = self.memo[key] = self._pure(key, lambda: (
+                self.dmas([i for i in instrs if i[0] == "DMA_LOAD"]),
+                sum(instr_cycles(self.target, op, f) for op, f in instrs if op != "DMA_LOAD")))
         return hit
 
     def drain(self, s: Step) -> int:
@@ -363,7 +371,7 @@ class _Walk:
         self.w_free = [0] * t.w_slots  # when the compute last reading each weight buffer ends
         self.w_ready = [0] * t.w_slots  # when each weight buffer's block has arrived
         self.ops = [(i, o, _Pool(2)) for i, o in enumerate(p.operands) if o is not None]
-        self.qp = _Pool(2)
+        self.qp = _Pool(quant_slots(p, t) if p.quant is not None else 2)
         self.x_state: dict[int, BandState] = {}
         self.w_loaded = False
         self.x_reads: dict[int, dict[int, int]] = {}  # per input buffer: local row -> last reader's end
@@ -470,13 +478,15 @@ class _Walk:
             used.append((pool, slot))
             if not hit:
                 op_ready = max(op_ready, self._dma((costs.operand(i, o, s),), pool.free_at[slot]))
+        epi = costs.epilogue(s)
         if self.p.quant is not None:
-            key, _ = quant_loads(self.p, s)
-            slot, hit = self.qp.get(key)
+            slot, hit = self.qp.get(quant_loads(self.p, self.t, s).key)
             used.append((self.qp, slot))
             if not hit:
-                op_ready = max(op_ready, self._dma(costs.quant(s), self.qp.free_at[slot]))
-        epi = costs.epilogue(s)
+                loads, widen = costs.quant(s)
+                op_ready = max(op_ready, self._dma(loads, self.qp.free_at[slot]))
+                epi += widen
+                self.instrs += 1
         self.instrs += 1 + len(self.p.epilogue)
         # the epilogue reads the accumulators once the last product has drained out of the array
         done = self.t_comp + self.costs.drain(s)
@@ -587,8 +597,8 @@ def compulsory_bytes(p: ArrayProblem) -> int:
             rows = 1 if o.spatial_broadcast else p.y.out * p.x.out
             cols = 1 if o.channel_broadcast else p.n
             total += len(set(o.addrs)) * rows * cols * es
-    if p.quant is not None:  # int32 bias [n] and records [n][2]
-        total += len(set(p.quant.bias_addrs)) * p.n * 4 + len(set(p.quant.records_addrs)) * p.n * 8
+    if p.quant is not None:  # int32 bias [n] and stored records (npuc.kir.records)
+        total += len(set(p.quant.bias_addrs)) * p.n * 4 + len(set(p.quant.records_addrs)) * p.n * records.BYTES_PER_CHANNEL
     return total
 
 

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
+from npuc.kir import records
 from npuc.kir.kernel import EpilogueOp
 from npuc.isa.enums import Dataflow, DType
 
@@ -111,8 +112,9 @@ class ArrayQuant:
     """The int8 side of an array problem.
 
     Per batch, the folded int32 bias ``[n]`` (``b - zx * sum(w)``, from ``npuc.quant.arith``) at
-    ``bias_addrs[b]`` and the REQUANT records ``[n][2]`` (int32 multiplier, shift) at
-    ``records_addrs[b]``; ``pad_value`` fills padding cells (the input zero point), and the int32
+    ``bias_addrs[b]`` and the REQUANT records of its ``n`` channels at ``records_addrs[b]``,
+    stored as :mod:`npuc.kir.records` says (5 bytes a channel); ``pad_value`` fills padding
+    cells (the input zero point), and the int32
     accumulator becomes int8 with ``zero_point`` and the clamp [``qmin``, ``qmax``].
     ``add_records`` has one entry per epilogue step: the DRAM address of a fused qadd's REQUANT
     record ``[1, 2]`` (``npuc.schedule.int8_epilogue``), None for other steps.
@@ -206,6 +208,9 @@ class ArrayTiling:
     channels before them (the pipeline's drain); the weights stay one block of every channel.
     ``head_rows`` the height of a first row tile of its own (0: none): the array starts once
     that many output rows' input has arrived, not a whole tile's (the pipeline's fill).
+    ``quant_once`` (int8): every channel's bias and REQUANT records loaded once for the kernel
+    into one scratchpad buffer, not each channel block's into one of two (``quant_block``):
+    fewer loads, fewer bursts, a larger buffer.
     """
 
     th: int
@@ -222,6 +227,7 @@ class ArrayTiling:
     wide_weights: bool = False
     tail_cols: int = 0
     head_rows: int = 0
+    quant_once: bool = False
 
     def weight_cols(self, p: "ArrayProblem") -> int:
         """Output channels of one weight block: ``tn``, or every channel (``wide_weights``)."""
@@ -242,6 +248,8 @@ class ArrayTiling:
             extra += f" tail n{self.tail_cols}"
         if self.head_rows:
             extra += f" head {self.head_rows}"
+        if self.quant_once:
+            extra += " quant-once"
         return (
             f"{self.dataflow.short} {self.order} tile {self.th}x{self.tw}x{self.tn} c{self.tc}{extra} "
             f"x-bufs {self.x_slots} w-bufs {self.w_slots} acc-bufs {self.acc_slots}"
@@ -442,15 +450,34 @@ class Footprint:
     out_slot: int
     operand_slots: tuple[int, ...]
     acc: int
-    quant_slot: int = 0
-    acc_slot: int = 0  # int8: the bias and REQUANT records of one channel block
+    quant_slot: int = 0  # int8: the bias and REQUANT records of a channel block (``quant_block``)
+    acc_slot: int = 0
     add_records_slot: int = 0  # int8 with fused qadds: their REQUANT records (QADD needs no other buffer)
+    quant_slots: int = 2  # 1 when the block is every channel (loaded once)
 
     def spad(self, t: ArrayTiling) -> int:
         return (
             t.x_slots * self.x_slot + t.w_slots * self.w_slot + 2 * self.out_slot
-            + sum(2 * s for s in self.operand_slots) + 2 * self.quant_slot + self.add_records_slot
+            + sum(2 * s for s in self.operand_slots) + self.quant_slots * self.quant_slot + self.add_records_slot
         )
+
+
+def quant_bytes(k: int) -> int:
+    """Scratchpad bytes of ``k`` channels' bias (int32) and REQUANT records (8 bytes each,
+    npuc.kir.records), each part 64-byte aligned."""
+    return _align(k * 4) + _align(k * records.ON_CHIP_BYTES)
+
+
+def quant_slots(p: "ArrayProblem", t: ArrayTiling) -> int:
+    """Scratchpad buffers of the bias and records: 1 when one load serves the whole kernel
+    (``quant_once``, and every batch reads the same constants), else 2 (double buffered)."""
+    return 1 if quant_block(p, t) == p.n and t.quant_once and len(set(p.quant.bias_addrs)) == 1 else 2
+
+
+def quant_block(p: "ArrayProblem", t: ArrayTiling) -> int:
+    """Channels of the bias and records an int8 tiling loads at a time: every one (``p.n``) with
+    ``quant_once``, else one channel block's (``t.tn``)."""
+    return p.n if t.quant_once else t.tn
 
 
 def operand_tile_elems(op: OperandLayout, m: int, tn: int) -> int:
@@ -467,10 +494,11 @@ def footprint(p: ArrayProblem, t: ArrayTiling) -> Footprint:
     out_slot = _align(m * t.tn * es)
     ops = tuple(_align(operand_tile_elems(o, m, t.tn) * es) for o in p.operands if o is not None)
     # a division by an operand needs a reciprocal copy: the operand slot is reused in place
-    quant = _align(t.tn * 4) + _align(t.tn * 8) if p.quant is not None else 0
+    quant = quant_bytes(quant_block(p, t)) if p.quant is not None else 0
     acc_slot = _align(m * t.tn * 4)
     adds = p.quant.adds if p.quant is not None else 0
-    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot, adds * QADD_RECORD_BYTES)
+    return Footprint(x_slot, w_slot, out_slot, ops, t.acc_slots * acc_slot, quant, acc_slot, adds * QADD_RECORD_BYTES,
+                     quant_slots(p, t) if p.quant is not None else 2)
 
 
 QADD_RECORD_BYTES = 64  # a fused qadd's REQUANT record (8 bytes) in its own aligned block

@@ -10,7 +10,9 @@ the accumulator, the fastest by the walk-free estimate and the leanest in DRAM t
 nearly fastest are costed by the full model; among those within ``CYCLE_SLACK`` of the fastest,
 the fewest DRAM bytes win (when they save at least ``LEAN_GAIN`` of the fastest one's bytes,
 else the fastest does), then the fewer cycles, the smaller footprint and the candidate's text,
-so the choice is deterministic.  Last, of the costed tilings within ``CODE_SLACK`` of that one's
+so the choice is deterministic.  int8 tilings within ``CYCLE_SLACK`` of the fastest are costed
+again with their bias and REQUANT records loaded once for the kernel (``quant_once``), where
+the larger buffer fits.  Last, of the costed tilings within ``CODE_SLACK`` of that one's
 cycles and moving no more DRAM bytes, the one of fewest instructions wins: more, shorter steps
 for a fraction of a per cent of cycles cost code a device stores for that layer.
 """
@@ -519,6 +521,7 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
     tilings += [v for t in tilings for v in tail_variants(target, p, t)]
     tilings += [v for t in tilings for v in head_variants(target, p, t)]
     full = [(known.estimate(target, p, t), known.footprint(p, t)[1], known.text(t), t) for t in tilings]
+    full += _quant_once(target, p, full, known)
     fastest_e = min(full, key=lambda f: (f[0].cycles, f[1], f[2]))
     lean = min((f for f in full if f[0].cycles <= fastest_e[0].cycles * (1 + CYCLE_SLACK)),
                key=lambda f: (f[0].dram_bytes, f[0].cycles, f[1], f[2]))
@@ -527,6 +530,25 @@ def _choose(target: Target, p: ArrayProblem, walk: int) -> Choice:
                       and f[0].dram_bytes <= pick[0].dram_bytes),
                      key=lambda f: (f[0].instructions, f[0].cycles, f[1], f[2]))
     return Choice(t, e, sum(len(r) for r in pools))
+
+
+def _quant_once(target: Target, p: ArrayProblem, full: list[tuple], known: "Prices") -> list[tuple]:
+    """int8: the costed tilings within ``CYCLE_SLACK`` of the fastest (those the choice can
+    take) again with every channel's bias and records loaded once (``quant_once``), where that
+    still fits: offered beside them, after the search, so that the larger buffer never displaces
+    a tiling that needs the room."""
+    if p.quant is None or not full:
+        return []
+    fastest = min(f[0].cycles for f in full)
+    out = []
+    for e, _, _, t in full:
+        v = replace(t, quant_once=True)
+        if t.quant_once or e.cycles > fastest * (1 + CYCLE_SLACK):
+            continue
+        fp, spad = known.footprint(p, v)
+        if spad <= target.scratchpad.size_bytes and fp.acc <= target.accumulator.size_bytes:
+            out.append((known.estimate(target, p, v), spad, known.text(v), v))
+    return out
 
 
 def _ranked(target: Target, p: ArrayProblem, tilings, known: "Prices", seen: set, smallest: list) -> list[tuple]:

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from npuc.isa.instr import field_max
-from npuc.schedule.problem import ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows
+from npuc.kir import records
+from npuc.schedule.problem import (
+    ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows,
+)
 
 Instr = tuple[str, dict[str, Any]]
 _MAX_COUNT = field_max("VFILL", "n0")  # every count field of the ISA
@@ -397,15 +400,27 @@ def operand_load(p: ArrayProblem, op: OperandLayout, s: Step) -> tuple[tuple, In
     ))
 
 
-def quant_loads(p: ArrayProblem, s: Step) -> tuple[tuple, list[Instr]]:
-    """int8: the folded bias ``[tn]`` and the REQUANT records ``[tn][2]`` of step ``s``'s channel
-    block (key for reuse, DMA_LOADs; local addresses relative to the slot: bias first, records
-    at the next 64-byte boundary)."""
+class QuantLoad(NamedTuple):
+    """int8: how step ``s`` finds its channels' folded bias and REQUANT records in the scratchpad.
+
+    ``key`` names what a slot holds (a load is skipped while its slot holds it); ``instrs`` load
+    it into a slot (addresses relative to the slot): the bias (int32 ``[k]``) at 0, then
+    ``npuc.kir.records.load_instrs``: the records (8 bytes each) at ``records``; ``first`` is the
+    step's first channel within the loaded block."""
+
+    key: tuple
+    instrs: list[Instr]
+    records: int
+    first: int
+
+
+def quant_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> QuantLoad:
+    """int8: the bias and records step ``s`` of tiling ``t`` reads: every channel of its batch
+    (``quant_once``: loaded once) or its own channel block."""
     q = p.quant
-    bias = q.bias_addrs[s.b] + s.n0 * 4
-    recs = q.records_addrs[s.b] + s.n0 * 8
-    off = -(-s.tn * 4 // 64) * 64
-    return (bias, recs, s.tn), [
-        ("DMA_LOAD", dict(esize=4, dram_addr=bias, local_addr=0, n0=s.tn)),
-        ("DMA_LOAD", dict(esize=4, dram_addr=recs, local_addr=off, n0=2 * s.tn)),
-    ]
+    c0, k = (0, p.n) if t.quant_once else (s.n0, s.tn)
+    bias = q.bias_addrs[s.b] + c0 * 4
+    recs = -(-k * 4 // 64) * 64
+    loads = [("DMA_LOAD", dict(esize=4, dram_addr=bias, local_addr=0, n0=k))]
+    loads += records.load_instrs(records.record_addr(q.records_addrs[s.b], c0), k, recs)
+    return QuantLoad((bias, k), loads, recs, s.n0 - c0)

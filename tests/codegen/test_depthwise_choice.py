@@ -26,6 +26,7 @@ from npuc.ir.ops.linalg import Conv2dAttrs
 from npuc.ir.ops.quantized import QConv2dAttrs, quant_type
 from npuc.ir.types import DType as IRType, QuantParams, TensorType
 from npuc.isa.enums import DType
+from npuc.kir import records
 from npuc.kir.kernel import EpilogueOp, Kernel, QuantAttrs
 from npuc.kir.tensor import NHWC, DramTensor
 from npuc.quant import arith
@@ -87,10 +88,10 @@ def int8_case(n, c, h, k, s, p, seed=0):
     ref = get_op("qconv2d").evaluate([torch.from_numpy(v) for v in (x, wt, b)], types, attrs)[0].numpy()
     fold = arith.folded_bias(wt, b, x_q[1]).astype(np.int32)
     mults, shifts = arith.channel_multipliers(x_q[0], scales, out_q[0])
-    recs = np.array([[int(m), int(sh)] for m, sh in zip(mults, shifts)], np.int32)
+    recs = records.pack(mults, shifts)
     kern = Kernel("qdw", "depthwise_conv2d",
                   (DramTensor.dense("x", x.shape, I8, order=NHWC), DramTensor.dense("w", wt.shape, I8, order=TAP_MAJOR),
-                   DramTensor.dense("b", (c,), I32), DramTensor.dense("r", (c, 2), I32)),
+                   DramTensor.dense("b", (c,), I32), DramTensor.dense("r", (5 * c,), DType.int8)),
                   DramTensor.dense("y", ref.shape, I8, order=NHWC), Conv2dAttrs((s, s), (p, p), (1, 1), c), (), I8,
                   quant=QuantAttrs(x_q[1], out_q[1], *clamp))
     return kern, {"x": x, "w": wt, "b": fold, "r": recs}, ref

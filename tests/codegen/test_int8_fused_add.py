@@ -117,7 +117,8 @@ def test_the_fused_add_is_one_qadd_per_tile_and_no_int32_steps():
     ops = [i for prog in art.programs for i in expand(list(prog.instrs))[0]]
     qadds = [i for i in ops if i.op == "QADD"]
     assert qadds, "the fused residual add emits QADD"
-    assert not [i for i in ops if i.op == "VCVT" and i.args.src_dtype.name == "int8"]  # nothing widened
+    # nothing widened but the shifts of the REQUANT records (npuc.kir.records)
+    assert not [i for i in ops if i.op == "VCVT" and i.args.src_dtype.name == "int8" and i.args.dst_s0 != 8]
     assert not [i for i in ops if i.op == "VUN" and i.args.op.name == "muls"]
     assert sum(i.args.n0 * i.args.n1 for i in qadds) == 16 * 8 * 8  # each element added once
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from npuc.codegen.harness import run_kernel
+from npuc.kir import records as stored_records
 from npuc.kir.kernel import EpilogueOp, FillAttrs, Kernel, PoolAttrs, QBinaryAttrs, QuantAttrs, ReduceAttrs
 from npuc.codegen.kernels.array_conv import WEIGHT_ORDER
 from npuc.codegen.kernels.vector_pool import record_divisors
@@ -53,7 +54,14 @@ def reference(op: str, ins: list[np.ndarray], types: list[TensorType], attrs) ->
 
 
 def records(pairs) -> np.ndarray:
+    """Per-tensor REQUANT records [k, 2] (int32 multiplier, shift): a qadd's, a pool's."""
     return np.array([[int(m), int(s)] for m, s in pairs], dtype=np.int32).reshape(-1, 2)
+
+
+def channel_records(pairs) -> np.ndarray:
+    """Per-channel records as a conv, depthwise or gemm kernel takes them (npuc.kir.records)."""
+    mults, shifts = zip(*[(int(m), int(s)) for m, s in pairs])
+    return stored_records.pack(mults, shifts)
 
 
 def check(kernel: Kernel, target, values: dict, ref: np.ndarray):
@@ -92,12 +100,12 @@ def conv_case(target, n, c, h, w, o, k, stride=1, pad=0, dil=1, groups=1, bias=T
     kernel = Kernel(
         "qconv", kind,
         (DramTensor.dense("x", x.shape, I8, order=NHWC), DramTensor.dense("w", wt.shape, I8, order=w_order),
-         DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (o, 2), I32)),
+         DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (5 * o,), I8)),
         DramTensor.dense("y", ref.shape, I8, order=NHWC),
         Conv2dAttrs((stride, stride), (pad, pad), (dil, dil), groups), (), I8,
         quant=QuantAttrs(x_q[1], out_q[1], *clamp),
     )
-    return check(kernel, target, {"x": x, "w": wt, "b": fold, "r": records(zip(mults, shifts))}, ref)
+    return check(kernel, target, {"x": x, "w": wt, "b": fold, "r": channel_records(zip(mults, shifts))}, ref)
 
 
 CONV_CASES = {
@@ -161,11 +169,11 @@ def linear_case(target, lead, k, n, x_q=(0.02, -9), out_q=(0.07, 5), clamp=(-128
     kernel = Kernel(
         "qlinear", "gemm",
         (DramTensor.dense("x", (m, k), I8), DramTensor.dense("w", (n, k), I8).permute((1, 0)),
-         DramTensor.dense("b", (n,), I32), DramTensor.dense("r", (n, 2), I32)),
+         DramTensor.dense("b", (n,), I32), DramTensor.dense("r", (5 * n,), I8)),
         DramTensor.dense("y", (m, n), I8), None, (), I8, quant=QuantAttrs(x_q[1], out_q[1], *clamp),
     )
     values = {"x": x.reshape(m, k), "w": wt.T, "b": arith.folded_bias(wt, b, x_q[1]).astype(np.int32),
-              "r": records(zip(mults, shifts))}
+              "r": channel_records(zip(mults, shifts))}
     check(kernel, target, values, ref.reshape(m, n))
 
 
@@ -190,10 +198,10 @@ def test_qmatmul_symmetric(target):
     kernel = Kernel(
         "qmm", "gemm",
         (DramTensor.dense("a", a.shape, I8), DramTensor.dense("bm", b.shape, I8), DramTensor.dense("b", (13,), I32),
-         DramTensor.dense("r", (13, 2), I32)),
+         DramTensor.dense("r", (65,), I8)),
         DramTensor.dense("y", ref.shape, I8), None, (), I8, quant=QuantAttrs(0, oq[1]),
     )
-    check(kernel, target, {"a": a, "bm": b, "b": np.zeros(13, np.int32), "r": records([(m, s)] * 13)}, ref)
+    check(kernel, target, {"a": a, "bm": b, "b": np.zeros(13, np.int32), "r": channel_records([(m, s)] * 13)}, ref)
 
 
 # ---------------------------------------------------------------------------- qadd, qmul

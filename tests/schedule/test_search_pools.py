@@ -33,7 +33,7 @@ def int8_conv(target, c: int, hw: int, o: int):
     x = DramTensor.dense("x", (1, c, hw, hw), DType.int8, order=NHWC)
     w = DramTensor.dense("w", (o, c, 3, 3), DType.int8, order=WEIGHT_ORDER)
     y = DramTensor.dense("y", (1, o, hw, hw), DType.int8, order=NHWC)
-    ins = (x, w, DramTensor.dense("b", (o,), DType.int32), DramTensor.dense("r", (o, 2), DType.int32))
+    ins = (x, w, DramTensor.dense("b", (o,), DType.int32), DramTensor.dense("r", (5 * o,), DType.int8))
     k = Kernel("conv", "conv2d", ins, y, Conv2dAttrs((1, 1), (1, 1)), (), DType.int8, quant=QuantAttrs(3, -5, -128, 127))
     act, wmem = target.memories_holding("activations")[0], target.weight_memory
     top = {m.name: target.window_of(m.name).base for m in (act, wmem)}

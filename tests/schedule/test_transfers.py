@@ -28,6 +28,7 @@ from npuc.ir.ops.linalg import Conv2dAttrs, conv_output_size
 from npuc.ir.ops.quantized import QConv2dAttrs, quant_type
 from npuc.ir.types import DType as IRType, QuantParams, TensorType
 from npuc.isa.enums import Dataflow, DType
+from npuc.kir import records
 from npuc.kir.kernel import EpilogueOp, Kernel, QuantAttrs
 from npuc.kir.tensor import NHWC, DramTensor
 from npuc.quant import arith
@@ -52,7 +53,7 @@ def conv(dtype, n, c, h, w, o, k, stride=1, pad=0, dil=1, groups=1, bias=True):
     y = DramTensor.dense("y", (n, o, oh, ow), dtype, order=NHWC)
     attrs = Conv2dAttrs((stride, stride), (pad, pad), (dil, dil), groups)
     if dtype is I8:
-        ins = (x, wt, DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (o, 2), I32))
+        ins = (x, wt, DramTensor.dense("b", (o,), I32), DramTensor.dense("r", (5 * o,), DType.int8))
         return Kernel("qconv", "conv2d", ins, y, attrs, (), I8, quant=QuantAttrs(7, -3, -128, 127))
     epi = (EpilogueOp("add", operand=DramTensor("bias", (n, o, oh, ow), FP16, 0, (0, 2, 0, 0))), EpilogueOp("relu")) if bias else ()
     return Kernel("conv", "conv2d", (x, wt), y, attrs, epi, FP16)
@@ -113,7 +114,7 @@ def run_int8(k: Kernel, target, seed=0):
     attrs = QConv2dAttrs(a.stride, a.padding, a.dilation, a.groups, out_q[0], out_q[1], -128, 127)
     ref = get_op("qconv2d").evaluate([torch.from_numpy(v) for v in (x, wt, b)], types, attrs)[0].numpy()
     mults, shifts = arith.channel_multipliers(x_q[0], scales, out_q[0])
-    recs = np.array([[int(m), int(s)] for m, s in zip(mults, shifts)], np.int32)
+    recs = records.pack(mults, shifts)
     vals = {"x": x, "w": wt, "b": arith.folded_bias(wt, b, x_q[1]).astype(np.int32), "r": recs}
     r = run_kernel(k, target, vals)
     mism = int((r.output != ref.reshape(r.output.shape)).sum())

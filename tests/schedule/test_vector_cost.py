@@ -99,7 +99,7 @@ def depthwise(c, hw, k, s, dt=F16, act=True):
     epi: tuple = ()
     q = None
     if dt is I8:
-        ins += (_t("b", (c,), I32), _t("r", (c, 2), I32))
+        ins += (_t("b", (c,), I32), _t("r", (5 * c,), I8))
         q = QuantAttrs(7, -3, -128 if not act else -3, 127)
     else:
         bias = DramTensor("bias", (1, c, oh, oh), dt, 0, (0, 2, 0, 0))

@@ -84,7 +84,8 @@ class _Buffers:
 def _shifted(fields: dict[str, Any], base: int, keys: tuple[str, ...]) -> dict[str, Any]:
     out = dict(fields)
     for k in keys:
-        out[k] = out[k] + base
+        if k in out:
+            out[k] = out[k] + base
     return out
 
 
@@ -113,7 +114,7 @@ class ArrayEngine:
             )
         ]
         self.operand_names = operand_names
-        self.q = _Buffers(spad, 2, fp.quant_slot, "bias and requant records") if p.quant is not None else None
+        self.q = _Buffers(spad, fp.quant_slots, fp.quant_slot, "bias and requant records") if p.quant is not None else None
         self.accs = [acc.alloc(fp.acc_slot, f"accumulator tile {i}") for i in range(t.acc_slots)]
         adds = p.quant.adds if p.quant is not None else 0
         self.add_slots = [spad.alloc(QADD_RECORD_BYTES, f"qadd record {i}") for i in range(adds)]
@@ -291,11 +292,12 @@ class ArrayEngine:
     def _requantize(self, s: Step, acc: Tile, out: Tile) -> None:
         """int8: add the folded bias to the int32 accumulators, then REQUANT per channel."""
         q = self.p.quant
-        key, loads = quant_loads(self.p, s)
-        slot, hit = self.q.get(key)
+        ql = quant_loads(self.p, self.t, s)
+        slot, hit = self.q.get(ql.key)
         base = self.q.addrs[slot]
         if not hit:
-            for op, f in loads:
-                self.em.emit(op, **_shifted(f, base, ("local_addr",)))
-        records = base + -(-s.tn * 4 // 64) * 64
-        emit_bias_requant(self.em, acc, out, Tile(base, acc.rows, acc.cols, DType.int32, s1=0), records, q.zero_point, q.qmin, q.qmax)
+            for op, f in ql.instrs:
+                self.em.emit(op, **_shifted(f, base, ("local_addr", "src", "dst")))
+        bias = Tile(base + ql.first * 4, acc.rows, acc.cols, DType.int32, s1=0)
+        records = base + ql.records + ql.first * 8
+        emit_bias_requant(self.em, acc, out, bias, records, q.zero_point, q.qmin, q.qmax)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from npuc.kir import records as stored_records
 from npuc.kir.kernel import Kernel, qadd_step
 from npuc.kir.plan import Plan
 from npuc.kir.tensor import DramTensor
@@ -63,10 +64,12 @@ def int8_inputs_problem(k: Kernel) -> str | None:
             return f"a fused qadd's REQUANT record must be a dense int32 [1, 2] constant, got {r}"
     n = k.output.shape[1] if k.kind == "conv2d" else k.output.shape[-1]
     bias, rec = k.inputs[2], k.inputs[3]
-    if bias.dtype is not DType.int32 or bias.shape != (n,) or rec.dtype is not DType.int32 or rec.shape != (n, 2):
-        return f"the int8 bias must be int32 [{n}] and the records int32 [{n}, 2], got {bias} and {rec}"
-    if not (bias.is_dense() and rec.is_dense() and rec.strides[1] == 4):
-        return f"the int8 bias and records must be dense row-major constants, got {bias} and {rec}"
+    stored = stored_records.BYTES_PER_CHANNEL * n
+    if bias.dtype is not DType.int32 or bias.shape != (n,) or rec.dtype is not DType.int8 or rec.shape != (stored,):
+        return (f"the int8 bias must be int32 [{n}] and the records int8 [{stored}] (npuc.kir.records), "
+                f"got {bias} and {rec}")
+    if not (bias.is_dense() and rec.is_dense()):
+        return f"the int8 bias and records must be dense constants, got {bias} and {rec}"
     if any(not -128 <= v <= 127 for v in (k.quant.in_zero_point, k.quant.out_zero_point, k.quant.qmin, k.quant.qmax)):
         return f"zero points and clamp bounds must be int8 values: {k.quant}"
     return None
@@ -82,7 +85,7 @@ def array_quant(k: Kernel, channel_offsets: list[int]) -> ArrayQuant | None:
     steps = tuple(map(qadd_step, k.epilogue))
     return ArrayQuant(
         tuple(bias.addr + c * bias.strides[0] for c in channel_offsets),
-        tuple(rec.addr + c * rec.strides[0] for c in channel_offsets),
+        tuple(stored_records.record_addr(rec.addr, c) for c in channel_offsets),
         q.in_zero_point, q.out_zero_point, q.qmin, q.qmax,
         tuple(None if s is None else k.inputs[s.record].addr for s in steps),
     )

@@ -43,6 +43,7 @@ from npuc.codegen.epilogue import (
     emit_bias_requant,
     epilogue_blocks,
     epilogue_spad_bytes,
+    load_channel_records,
     load_epilogue_operands,
     store_pieces,
     vector_nd,
@@ -207,7 +208,7 @@ class _ArrayDepthwise:
         if self.int8:
             bias, rec = k.inputs[2], k.inputs[3]
             dma_nd(tb, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
-            dma_nd(tb, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
+            load_channel_records(tb, rec, self.records)
         self._pipeline()
 
     def _pipeline(self) -> None:

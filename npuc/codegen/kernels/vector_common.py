@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from npuc.codegen.epilogue import merge_dims
+from npuc.kir import records
 from npuc.kir.tensor import DramTensor
 from npuc.isa.enums import DType
 
@@ -54,18 +55,21 @@ def dtype_problem(dtype: DType, target: Any, int8: bool = False, int32: bool = F
     return f"this kernel has no {dtype.name} form (fp16{' and int8' if int8 else ''} only)"
 
 
-def quant_problem(k: Any, channels: int, records: int | None = None) -> str | None:
+def quant_problem(k: Any, channels: int) -> str | None:
     """Why an int8 kernel with a folded bias and per-channel REQUANT records (the last two
-    inputs: int32 ``[channels]`` and int32 ``[records or channels, 2]``) is malformed, or None;
-    fp16 kernels pass."""
+    inputs: int32 ``[channels]`` and the stored records, int8 ``[5 channels]``, npuc.kir.records)
+    is malformed, or None; fp16 kernels pass."""
     if k.dtype.is_float:
         return "a float kernel takes no quantization parameters" if k.quant is not None else None
     if k.quant is None:
         return "an int8 kernel needs QuantAttrs (zero points, clamp)"
     bias, rec = k.inputs[-2], k.inputs[-1]
-    n = channels if records is None else records
-    if bias.dtype is not DType.int32 or bias.shape != (channels,) or rec.dtype is not DType.int32 or rec.shape != (n, 2):
-        return f"the int8 bias must be int32 [{channels}] and the records int32 [{n}, 2], got {bias} and {rec}"
+    n = records.BYTES_PER_CHANNEL * channels
+    if bias.dtype is not DType.int32 or bias.shape != (channels,) or rec.dtype is not DType.int8 or rec.shape != (n,):
+        return (f"the int8 bias must be int32 [{channels}] and the records int8 [{n}] (npuc.kir.records), "
+                f"got {bias} and {rec}")
+    if not rec.is_dense():
+        return f"the int8 records must be a dense constant, got {rec}"
     return zero_point_problem(k)
 
 

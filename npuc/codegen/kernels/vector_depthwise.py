@@ -40,6 +40,7 @@ from npuc.codegen.epilogue import (
     epilogue_blocks,
     epilogue_spad_bytes,
     epilogue_supports,
+    load_channel_records,
     load_epilogue_operands,
     store_pieces,
     vector_nd,
@@ -355,7 +356,7 @@ class _Emission:
         if self.int8:
             bias, rec = self.k.inputs[2], self.k.inputs[3]
             dma_nd(self.em, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
-            dma_nd(self.em, "DMA_LOAD", rec.addr, (self.c, 2), rec.strides, self.records, (8, 4), 4)
+            load_channel_records(self.em, rec, self.records)
         pipeline(len(self.tiles), self.fetch, self.compute, NSETS, self.em if hasattr(self.em, "at") else None)
 
     def _block(self, i: int) -> tuple[int, int, int, int, int, int]:
