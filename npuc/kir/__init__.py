@@ -4,6 +4,7 @@
 ``storage``  how NPU-side tensors are stored: element types, the names of dense layouts;
 ``kernel``   :class:`Kernel` (one fused NPU operation), :class:`EpilogueOp`, the attribute records
              of the kernel kinds and :data:`KERNEL_KINDS`;
+``records``  how per-channel REQUANT records are stored (5 bytes a channel) and loaded;
 ``plan``     :class:`Plan`, a kernel's chosen schedule;
 ``program``  the lowered model: buffers, homes, NPU segments of :class:`LKernel` s, CPU segments;
 ``text``     the text form (print and parse kernels and NPU segments; print the whole model);

@@ -52,7 +52,8 @@ def act(v: Value) -> tuple[float, int]:
 
 
 def _records(mults, shifts) -> torch.Tensor:
-    """REQUANT records ``[n, 2]`` (int32 multiplier, shift)."""
+    """Per-tensor REQUANT records ``[n, 2]`` (int32 multiplier, shift): a pool's, a qadd's (per-channel
+    records of conv2d, depthwise_conv2d and gemm are stored as npuc.kir.records says)."""
     return torch.tensor(np.stack([np.asarray(mults, np.int64), np.asarray(shifts, np.int64)], axis=1), dtype=torch.int32)
 
 

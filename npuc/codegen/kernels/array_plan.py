@@ -45,8 +45,8 @@ def input_count(k: Kernel) -> int:
 def int8_inputs_problem(k: Kernel) -> str | None:
     """Why an array kernel's int8 form is malformed, or None (fp16 kernels pass).
 
-    An int8 conv2d/gemm takes x, w, the folded int32 bias ``[n]`` and the int32 REQUANT records
-    ``[n, 2]`` (n output channels), then the record ``[1, 2]`` of each fused qadd step
+    An int8 conv2d/gemm takes x, w, the folded int32 bias ``[n]`` and the stored REQUANT records
+    (int8 ``[5 n]``, npuc.kir.records; n output channels), then the record ``[1, 2]`` of each fused qadd step
     (:class:`~npuc.kir.kernel.QAddStep`), and a :class:`~npuc.codegen.kernel.QuantAttrs`."""
     if k.dtype.is_float:
         return "a float kernel takes no quantization parameters" if k.quant is not None else None

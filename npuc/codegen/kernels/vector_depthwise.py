@@ -14,8 +14,8 @@ channels)``; otherwise each tap is a few instructions (``vector_nd``).  The epil
 activation, residual ...) runs on the accumulator tile, which is then stored.  Tiles rotate
 through three buffer sets, software-pipelined (``pipeline``), so DMA overlaps the vector work.
 
-int8 (``QuantAttrs``; inputs x, w, the folded int32 bias ``[C]`` and the REQUANT records
-``[C, 2]``): the padding holds the input zero point, the int32 sums start at the bias, each tap
+int8 (``QuantAttrs``; inputs x, w, the folded int32 bias ``[C]`` and the REQUANT records,
+stored in 5 bytes a channel: npuc.kir.records): the padding holds the input zero point, the int32 sums start at the bias, each tap
 is one widening ``VBIN mac`` (exact), and REQUANT writes the int8 tile per channel.
 
 Numerics (fp16): products and sums are computed in fp32 by the vector unit and rounded to fp16
