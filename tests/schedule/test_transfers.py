@@ -386,3 +386,4 @@ def test_int8_weights_of_two_reduction_blocks_are_also_offered_streamed():
     chosen = r.plan.details
     assert chosen.order == "n_outer" and not chosen.wide_weights and chosen.w_slots == 2, r.plan.summary
     assert r.result.total_cycles <= 1.012 * lower_bound(MID, p), r.plan.summary
+
