@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from npuc.kir.kernel import Kernel
+from npuc.schedule.cascade_cost import stripe_count
 from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.kir.program import ACTIVATION, CONSTANT, INPUT, OUTPUT, Buffer, ConstData, LoweredModel, NpuSegment
@@ -212,8 +213,7 @@ def chain_blocks(m: LoweredModel) -> dict[str, int]:
             for lk in s.kernels:
                 k = lk.kernel
                 if k.kind == "fused_chain" and k.attrs.sram_bytes:
-                    n = -(-k.output.shape[2] // k.attrs.stripe_rows)
-                    out[k.inputs[-1].name] = 2 * n * k.attrs.sram_bytes
+                    out[k.inputs[-1].name] = 2 * stripe_count(k.attrs) * k.attrs.sram_bytes
     return out
 
 

@@ -178,7 +178,7 @@ def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ..
     sram = stripes_memory(target)
     for rows in row_choices(ks[-1].output.shape[2]):
         stripes = chain_stripes(ks, inter, rows)
-        block = sram_block_bytes(ChainAttrs(rows, False, inter, ks), stripes) if sram is not None else 0
+        block = sram_block_bytes(ks, inter, stripes) if sram is not None else 0
         places = (0, block) if 0 < block <= sram.size_bytes // SRAM_SHARE else (0,)
         for resident in (True, False):
             for sram_bytes in places:

@@ -74,6 +74,11 @@ class Stripe:
         raise KeyError(name)
 
 
+def stripe_count(attrs: ChainAttrs) -> int:
+    """Stripes of a chain: its last member's output rows in bands of ``stripe_rows``."""
+    return -(-attrs.members[-1].output.shape[2] // attrs.stripe_rows)
+
+
 def chain_stripes(members: tuple[Kernel, ...], intermediates: tuple[str, ...], stripe_rows: int) -> tuple[Stripe, ...]:
     """The stripes of a chain whose last member's output is cut into bands of ``stripe_rows``;
     each holds the rows of the intermediates and of the staged inputs (:func:`staged_inputs`)."""
@@ -227,22 +232,28 @@ def chain_inputs(k: Kernel) -> tuple[DramTensor, ...]:
     return k.inputs[:-1] if k.attrs.sram_bytes else k.inputs
 
 
-def sram_layout(attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> tuple[tuple[str, int, int], ...]:
-    """(intermediate, offset in the chain's SRAM block, bytes): each intermediate's buffer, the
-    most rows any stripe holds of it."""
-    producers = {k.output.name: k.output for k in attrs.members}
+def held_bytes(stripes: tuple[Stripe, ...], t: DramTensor) -> int:
+    """Bytes of the buffer that holds the rows of ``t`` a stripe holds: the most any stripe
+    holds (at least one row), aligned."""
+    rows = max((b - a for s in stripes for n, a, b in s.held if n == t.name), default=0)
+    return _align(max(1, rows) * row_bytes(t))
+
+
+def sram_layout(members: tuple[Kernel, ...], intermediates: tuple[str, ...],
+                stripes: tuple[Stripe, ...]) -> tuple[tuple[str, int, int], ...]:
+    """(intermediate, offset in the chain's SRAM block, bytes): each intermediate's buffer."""
+    producers = {k.output.name: k.output for k in members}
     out, top = [], 0
-    for name in attrs.intermediates:
-        rows = max((b - a for s in stripes for n, a, b in s.held if n == name), default=0)
-        n = _align(max(1, rows) * row_bytes(producers[name]))
+    for name in intermediates:
+        n = held_bytes(stripes, producers[name])
         out.append((name, top, n))
         top += n
     return tuple(out)
 
 
-def sram_block_bytes(attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> int:
+def sram_block_bytes(members: tuple[Kernel, ...], intermediates: tuple[str, ...], stripes: tuple[Stripe, ...]) -> int:
     """Bytes of the SRAM block that holds a stripe of every intermediate."""
-    return sum(n for _, _, n in sram_layout(attrs, stripes))
+    return sum(n for _, _, n in sram_layout(members, intermediates, stripes))
 
 
 def held_names(attrs: ChainAttrs) -> tuple[str, ...]:
@@ -264,8 +275,7 @@ def chain_layout(attrs: ChainAttrs, spad_bytes: int, stripes: tuple[Stripe, ...]
     sizes = []
     in_sram = set(attrs.intermediates) if attrs.sram_bytes else set()
     for name in (n for n in held_names(attrs) if n not in in_sram):
-        rows = max(b - a for s in stripes for n, a, b in s.held if n == name)
-        sizes.append((name, _align(max(1, rows) * row_bytes(held[name]))))
+        sizes.append((name, held_bytes(stripes, held[name])))
     res = [(t.name, _align(buffer_bytes(t))) for t in constant_inputs(members)] if attrs.resident_weights else []
     seconds = [(name + SECOND, n) for name, n in sizes if name in staged and len(stripes) > 1]
     for extra in (seconds, []):

@@ -203,7 +203,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     virtual = virtual_bases(k, target)
     on_chip = on_chip_emitter(rec, sub, k)
     local = LocalEmitter(on_chip, sub, strict=(min(virtual.values()), RESIDENT_BASE))
-    in_sram = {name: k.inputs[-1].addr + off for name, off, _ in sram_layout(a, stripes)} if a.sram_bytes else {}
+    in_sram = {name: k.inputs[-1].addr + off for name, off, _ in sram_layout(a.members, a.intermediates, stripes)} if a.sram_bytes else {}
     if a.resident_weights:
         bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
         for name, spad, nbytes in layout.resident:
