@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from npuc.kir.kernel import Kernel
-from npuc.schedule.cascade_cost import stripe_count
 from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 from npuc.kir.program import ACTIVATION, CONSTANT, INPUT, OUTPUT, Buffer, ConstData, LoweredModel, NpuSegment
+from npuc.schedule.cascade_cost import stripe_count
 
 ALIGN = 64
 

@@ -30,7 +30,7 @@ from npuc.schedule.int8_epilogue import Block, qadd_instrs, requant_instrs
 from npuc.schedule.problem import (
     ArrayProblem, ArrayTiling, Step, blocks, chunks, footprint, quant_slots, row_tiles, steps,
 )
-from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_loads, weight_loads, weight_plan, WeightLoad
+from npuc.schedule.transfers import BandState, Rows, as_streams, band_loads, by_planes, operand_load, output_store, plane_range, quant_key, quant_loads, weight_loads, weight_plan, WeightLoad
 from npuc.targets import Target
 
 _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_addr", "w_addr", "dst", "src", "a", "b", "value",
@@ -323,16 +323,18 @@ class _Costs:
             hit = self.memo[key] = self._pure(pure, lambda: step_compute(self.target, self.p, self.t, s))
         return hit
 
-    def quant(self, s: Step) -> tuple[tuple[tuple[int, int], ...], int]:
-        """(busy, latency) of each DMA of a load of the bias and records, and the vector cycles
-        of widening their shifts (npuc.kir.records)."""
-        instrs = quant_loads(self.p, self.t, s).instrs
-        key = ("q", instrs[0][1]["n0"])
+    def quant(self, s: Step) -> tuple[tuple[tuple[int, int], ...], int, int]:
+        """A load of the bias and records: (busy, latency) of each DMA, then the vector cycles and
+        the instructions that widen their shifts (npuc.kir.records)."""
+        key = ("q", quant_key(self.p, self.t, s)[1])
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = self._pure(key, lambda: (
-                self.dmas([i for i in instrs if i[0] == "DMA_LOAD"]),
-                sum(instr_cycles(self.target, op, f) for op, f in instrs if op != "DMA_LOAD")))
+            def price():
+                instrs = quant_loads(self.p, self.t, s).instrs
+                vector = [(op, f) for op, f in instrs if op != "DMA_LOAD"]
+                return (self.dmas([i for i in instrs if i[0] == "DMA_LOAD"]),
+                        sum(instr_cycles(self.target, op, f) for op, f in vector), len(vector))
+            hit = self.memo[key] = self._pure(key, price)
         return hit
 
     def drain(self, s: Step) -> int:
@@ -480,13 +482,13 @@ class _Walk:
                 op_ready = max(op_ready, self._dma((costs.operand(i, o, s),), pool.free_at[slot]))
         epi = costs.epilogue(s)
         if self.p.quant is not None:
-            slot, hit = self.qp.get(quant_loads(self.p, self.t, s).key)
+            slot, hit = self.qp.get(quant_key(self.p, self.t, s))
             used.append((self.qp, slot))
             if not hit:
-                loads, widen = costs.quant(s)
+                loads, widen, count = costs.quant(s)
                 op_ready = max(op_ready, self._dma(loads, self.qp.free_at[slot]))
                 epi += widen
-                self.instrs += 1
+                self.instrs += count
         self.instrs += 1 + len(self.p.epilogue)
         # the epilogue reads the accumulators once the last product has drained out of the array
         done = self.t_comp + self.costs.drain(s)

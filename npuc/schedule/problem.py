@@ -462,16 +462,21 @@ class Footprint:
         )
 
 
+def quant_records_offset(k: int) -> int:
+    """Where ``k`` channels' REQUANT records (8 bytes each, npuc.kir.records) start in their
+    scratchpad buffer: after the bias (int32 ``[k]``), 64-byte aligned."""
+    return _align(k * 4)
+
+
 def quant_bytes(k: int) -> int:
-    """Scratchpad bytes of ``k`` channels' bias (int32) and REQUANT records (8 bytes each,
-    npuc.kir.records), each part 64-byte aligned."""
-    return _align(k * 4) + _align(k * records.ON_CHIP_BYTES)
+    """Scratchpad bytes of ``k`` channels' bias and REQUANT records."""
+    return quant_records_offset(k) + _align(k * records.ON_CHIP_BYTES)
 
 
 def quant_slots(p: "ArrayProblem", t: ArrayTiling) -> int:
     """Scratchpad buffers of the bias and records: 1 when one load serves the whole kernel
     (``quant_once``, and every batch reads the same constants), else 2 (double buffered)."""
-    return 1 if quant_block(p, t) == p.n and t.quant_once and len(set(p.quant.bias_addrs)) == 1 else 2
+    return 1 if t.quant_once and len(set(p.quant.bias_addrs)) == 1 else 2
 
 
 def quant_block(p: "ArrayProblem", t: ArrayTiling) -> int:

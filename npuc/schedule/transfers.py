@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from npuc.isa.instr import field_max
 from npuc.kir import records
 from npuc.schedule.problem import (
-    ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, weight_rows,
+    ArrayProblem, ArrayTiling, OperandLayout, Step, input_geometry, quant_records_offset, weight_rows,
 )
 
 Instr = tuple[str, dict[str, Any]]
@@ -414,13 +414,19 @@ class QuantLoad(NamedTuple):
     first: int
 
 
+def quant_key(p: ArrayProblem, t: ArrayTiling, s: Step) -> tuple:
+    """int8: what the bias and records buffer of step ``s`` must hold (``QuantLoad.key``), without
+    building the loads: the walk asks it at every output tile."""
+    c0 = 0 if t.quant_once else s.n0
+    return p.quant.bias_addrs[s.b] + c0 * 4, p.n if t.quant_once else s.tn
+
+
 def quant_loads(p: ArrayProblem, t: ArrayTiling, s: Step) -> QuantLoad:
     """int8: the bias and records step ``s`` of tiling ``t`` reads: every channel of its batch
     (``quant_once``: loaded once) or its own channel block."""
     q = p.quant
     c0, k = (0, p.n) if t.quant_once else (s.n0, s.tn)
-    bias = q.bias_addrs[s.b] + c0 * 4
-    recs = -(-k * 4 // 64) * 64
-    loads = [("DMA_LOAD", dict(esize=4, dram_addr=bias, local_addr=0, n0=k))]
+    recs = quant_records_offset(k)
+    loads = [("DMA_LOAD", dict(esize=4, dram_addr=q.bias_addrs[s.b] + c0 * 4, local_addr=0, n0=k))]
     loads += records.load_instrs(records.record_addr(q.records_addrs[s.b], c0), k, recs)
-    return QuantLoad((bias, k), loads, recs, s.n0 - c0)
+    return QuantLoad(quant_key(p, t, s), loads, recs, s.n0 - c0)
