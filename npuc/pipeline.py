@@ -439,6 +439,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     schedule_choice(resident, "resident")
     from npuc.codegen.memory_plan import check_no_overlap, memory_plan_text, plan_memory
     from npuc.codegen.package import build_npub
+    from npuc.codegen.constant_streams import assign_streams
     from npuc.codegen.weight_compression import compress_weight_loads
     from npuc.isa.enums import DType
     from npuc.kir.program import NpuSegment
@@ -460,6 +461,7 @@ def backend_stages(target: Any, precision: Any, model_name: str,
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
         emitted = [emit_segment(s, target, plan.kernel_splits(i), prefetch=resident is True) for i, s in enumerate(segs)]
         programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
+        programs = assign_streams(programs, plan, target)
         if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
             plan = replace(plan, constants=blob)
         codes = tuple(finish_segment(e, prog) for e, prog in zip(emitted, programs))

@@ -10,9 +10,10 @@ blob, which they replace (the rest of its bytes become zero), so the memory plan
 Consecutive loads of one program that read a block's planes one after another (a block loaded
 in pieces over the steps before its use: npuc.schedule.transfers.weight_plan) make one block
 together.  Blocks are taken largest first; each becomes a run of the constant's new contents, in the order
-its load writes the bytes: a stream of the codec when that saves at least one burst, else the raw
-bytes, contiguous, which a plain DMA_LOAD then reads (so incompressible weights still stop paying
-a burst for every short strided run).  A load whose bytes are a block-aligned part of a run
+its load writes the bytes: a stream of the codec when that saves at least one burst (with stream
+buffers, npuc.codegen.constant_streams, any byte: the loads then share the bursts at their seams),
+else the raw bytes, contiguous, which a plain DMA_LOAD then reads (so incompressible weights still
+stop paying a burst for every short strided run).  A load whose bytes are a block-aligned part of a run
 already made (a plane of a tile that is also loaded plane by plane, a piece of a block loaded in
 pieces) reads that part of it (every block of a stream decodes on its own).  The constant's runs
 are made with the pieces' blocks and without them, and the layout whose loads move fewer bursts
@@ -140,6 +141,9 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
     of a block loaded in pieces) reads that part of it."""
     off, size = entry
     burst = target.window_at(off).memory.burst_bytes
+    # with stream buffers a constant's loads, read in order, share the bursts at their seams
+    # (npuc.codegen.constant_streams): a block then costs its bytes, not its whole bursts
+    streamed = target.weight_decoder.stream_buffers > 0
     regions = {ref: _dram_region(programs[ref[0]][ref[1]]) for ref in users}
     keys: dict[tuple, object] = {}
     for key, region in _grouped_blocks(programs, users, regions) if grouped else ():
@@ -162,7 +166,7 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
                 where[k] = (ri, b, -(-a.size // BLOCK))
                 continue
         parts = encode_blocks(view[a - base])
-        if worth_compressing(a.size, sum(len(x) for x in parts), burst):
+        if worth_compressing(a.size, sum(len(x) for x in parts), 1 if streamed else burst):
             offsets = np.concatenate([[0], np.cumsum([len(x) for x in parts])]).tolist()
         else:
             parts, offsets = None, [min(j * BLOCK, a.size) for j in range(-(-a.size // BLOCK) + 1)]
@@ -187,8 +191,12 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
         offsets = runs[ri][2]
         start, nbytes = run_at[ri] + offsets[b], offsets[b + nb] - offsets[b]
         placed.loads[ref] = (start, nbytes, runs[ri][1] is not None)
-        raw_moved += regions[ref].burst_bytes(burst)
-        new_moved += -(-nbytes // burst) * burst
+        if streamed:
+            raw_moved += regions[ref].count if regions[ref].dram_runs()[0] == 1 else regions[ref].burst_bytes(burst)
+            new_moved += nbytes
+        else:
+            raw_moved += regions[ref].burst_bytes(burst)
+            new_moved += -(-nbytes // burst) * burst
     placed.moved = new_moved
     return placed if new_moved < raw_moved else None
 

@@ -82,7 +82,8 @@ def target_from_dict(doc: dict, source: str = "<dict>") -> Target:
         area=None if s.area is None else AreaConfig(
             **{k: v if k.endswith("_ports") else float(v) for k, v in s.area.model_dump().items()}),
         weight_decoder=None if s.weight_decoder is None else WeightDecoderConfig(
-            _number(s.weight_decoder.bytes_per_cycle), s.weight_decoder.latency_cycles, float(s.weight_decoder.pj_per_byte)),
+            _number(s.weight_decoder.bytes_per_cycle), s.weight_decoder.latency_cycles, float(s.weight_decoder.pj_per_byte),
+            s.weight_decoder.stream_buffers),
         host_triple=s.host.triple if s.host is not None else None,
     )
 

@@ -230,6 +230,7 @@ class WeightDecoderSchema(_Strict):
     bytes_per_cycle: float = key("B/cycle", "decoded bytes the decoder writes per cycle", gt=0, le=4096)
     latency_cycles: int = key("cycles", "pipeline latency of the decoder, added to the transfer's", ge=0, le=1 << 16)
     pj_per_byte: float = key("pJ/B", "decoding, per decoded byte", ge=0, le=MAX_ENERGY_PJ)
+    stream_buffers: int = Field(0, description="constant streams whose last burst the DMA keeps: a load of a constant that starts in the burst where the last load of its stream ended does not fetch that burst again (DMA_LOAD's `stream`; 0: none)", json_schema_extra={"unit": "count"}, ge=0, le=7)
 
 
 class HostSchema(_Strict):

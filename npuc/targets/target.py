@@ -179,6 +179,7 @@ class WeightDecoderConfig:
     bytes_per_cycle: float   # decoded bytes written per cycle
     latency_cycles: int      # pipeline latency, added to the transfer's
     pj_per_byte: float       # energy per decoded byte
+    stream_buffers: int = 0  # constant streams whose last burst the DMA keeps (DMA_LOAD's ``stream``)
 
 
 # Parameters that name or describe a target rather than what its binaries do: not in the
@@ -343,6 +344,8 @@ class Target:
             d.pop(key)
         if d["weight_decoder"] is None:  # a target without one keeps the fingerprint it had before
             d.pop("weight_decoder")
+        elif not d["weight_decoder"]["stream_buffers"]:  # nor does one without stream buffers
+            d["weight_decoder"].pop("stream_buffers")
         (m, *more) = self.memories
         if not more and m == MemoryConfig("dram", "dram", m.size_bytes, m.bytes_per_cycle, m.latency_cycles,
                                           m.burst_bytes, m.read_pj_per_byte, m.read_pj_per_byte, HOLDS, "axi0"):

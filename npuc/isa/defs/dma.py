@@ -15,7 +15,7 @@ from npuc.errors import SimulationError
 from npuc.isa.actions import memory_actions
 from npuc.isa.defs.common import mem_of
 from npuc.isa.enums import Mem, Queue, Space, Unit
-from npuc.isa.fields import Derived, addr, choice, count, esize, uint
+from npuc.isa.fields import Derived, addr, choice, count, esize, flag, uint
 from npuc.isa.instr import InstrDef, register
 from npuc.isa.region import Region
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
@@ -56,6 +56,83 @@ def _validate(a) -> str | None:
     return None
 
 
+def _stream_fields():
+    return (
+        uint("stream", 3, "stream buffer of the constant this load reads (1.."
+             "`weight_decoder.stream_buffers`; 0: none): the buffer keeps the last burst the load "
+             "reads", default=0),
+        flag("held", "the load's first burst is the one its stream buffer holds: it is not fetched again"),
+    )
+
+
+def _stream_check(a, region: Region, target) -> str | None:
+    """Why a load's ``stream`` and ``held`` fields are illegal on ``target``, or None."""
+    if not a.stream:
+        return "`held` needs a stream buffer (`stream` 1 or more)" if a.held else None
+    dec = target.weight_decoder
+    have = dec.stream_buffers if dec is not None else 0
+    if a.stream > have:
+        return (f"stream buffer {a.stream} does not exist: target '{target.name}' has "
+                f"{have} (weight_decoder.stream_buffers)")
+    if region.dram_runs()[0] != 1:
+        return "a load on a stream buffer reads one contiguous run of bytes"
+    return None
+
+
+def _burst_at(region: Region, target) -> tuple[int, int, int] | None:
+    """(window index, burst size, burst number in the window) of a region's first byte."""
+    w = target.window_at(region.addr)
+    if w is None:
+        return None
+    b = w.memory.burst_bytes
+    return w.index, b, (region.addr - w.base) // b
+
+
+def fetched(a, region: Region, target) -> Region | None:
+    """The part of a load's DMA side that it fetches from memory: all of it, but for a load
+    whose first burst its stream buffer holds (``held``), which fetches from the next burst
+    boundary on (None: nothing, the whole load lies in the held burst)."""
+    if not (a.stream and a.held):
+        return region
+    at = _burst_at(region, target)
+    if at is None:
+        return region
+    _, b, n = at
+    w = target.window_at(region.addr)
+    start = w.base + -(-(region.addr - w.base) // b) * b
+    end = region.end
+    if end <= start:
+        return None
+    return Region(Mem.dram, start, (1, 1, end - start), (end - start, end - start, 1), _RAW[1], "r", "dram")
+
+
+def stream_problem(instrs, target) -> tuple[int, str] | None:
+    """(index, reason) of the first load in ``instrs`` (a program, LOOPs expanded, whose loads
+    run in this order on the load queue) that says its first burst is held (``held``) when its
+    stream buffer does not hold it, or None.  A load on stream buffer ``s`` leaves the burst of
+    its last byte there."""
+    held: dict[int, tuple[int, int]] = {}
+    for i, ins in enumerate(instrs):
+        if ins.op not in _STREAMED:
+            continue
+        a = ins.args
+        if not a.stream:
+            continue
+        region = ins.defn.regions(a)[0]
+        at = _burst_at(region, target)
+        if at is None:
+            continue
+        win, b, first = at
+        if a.held and (region.addr - target.windows[win].base) % b and held.get(a.stream) != (win, first):
+            got = held.get(a.stream)
+            where = "nothing" if got is None else f"burst {got[1]} of memory '{target.windows[got[0]].memory.name}'"
+            return i, (f"its first burst (burst {first} of memory '{target.windows[win].memory.name}') is not "
+                       f"the one stream buffer {a.stream} holds ({where}), yet `held` is set")
+        last = region.end - 1
+        held[a.stream] = (win, (last - target.windows[win].base) // b)
+    return None
+
+
 def transfer_problem(region: Region, target) -> str | None:
     """Why the DMA side ``region`` of a transfer is illegal on ``target``'s address map, or None."""
     w = target.window_at(region.addr, region.end)
@@ -90,6 +167,31 @@ def _actions(a, target, regions):
     return memory_actions(regions, target)
 
 
+def _fetched_regions(a, target, regions) -> tuple[Region, ...]:
+    """``regions`` with the DMA side cut to what the load fetches (:func:`fetched`)."""
+    out = []
+    for r in regions:
+        if r.mem is Mem.dram:
+            r = fetched(a, r, target)
+            if r is None:
+                continue
+        out.append(r)
+    return tuple(out)
+
+
+def _load_timing(a, target, regions) -> tuple[int, int]:
+    side = fetched(a, regions[0], target)
+    return (0, 0) if side is None else transfer_cycles(side, target)
+
+
+def _load_actions(a, target, regions):
+    return memory_actions(_fetched_regions(a, target, regions), target)
+
+
+def _load_check(a, target) -> str | None:
+    return _stream_check(a, _dram_region(a, "r"), target)
+
+
 def _copy(st, a, regions) -> None:
     src, dst = (r for r in regions if r.reads), (r for r in regions if r.writes)
     st.write(next(dst), st.read(next(src)))
@@ -107,6 +209,15 @@ _TIMING_DOC = (
     "completes. A DRAM side that spans two windows or leaves every window, and a store to a "
     "flash memory, are refused before the program runs."
 )
+_STREAM_DOC = (
+    " Stream buffers (`weight_decoder.stream_buffers`, for the constants a program reads in "
+    "order): a load with `stream` s >= 1 reads one contiguous run and leaves the burst of its "
+    "last byte in buffer s; with `held` set, its first burst is the one buffer s holds, so it "
+    "fetches only from the next burst boundary (bursts counted from the start of the memory's "
+    "window), and a load that ends inside the held burst fetches nothing (busy 0, no latency). "
+    "Loads run in program order on the load queue; a program whose `held` load starts inside "
+    "a burst that its buffer does not hold is refused before it runs."
+)
 _ENERGY_DOC = (
     "DRAM-side bytes: the burst-rounded bytes above, counted for the memory they fall in "
     "(`memory.NAME.read_pj_per_byte` for a load, `write_pj_per_byte` for a store); scratchpad or "
@@ -120,18 +231,19 @@ register(
         queue=Queue.load,
         unit=Unit.dma,
         summary="Copy a strided 3-D block from DRAM into the scratchpad or the accumulator.",
-        fields=_fields("memory written: spad or acc"),
+        fields=_fields("memory written: spad or acc") + _stream_fields(),
         regions=lambda a: (_dram_region(a, "r"), _local_region(a, "w")),
         execute=_copy,
-        timing=_timing,
-        actions=_actions,
+        timing=_load_timing,
+        actions=_load_actions,
+        check=_load_check,
         validate=_validate,
         semantics_doc="For every (i2, i1, i0) < (n2, n1, n0): the `esize` bytes at DRAM "
         "`dram_addr + i2*dram_s2 + i1*dram_s1 + i0*dram_s0` are copied to `local` at "
         "`local_addr + i2*local_s2 + i1*local_s1 + i0*esize`. A DRAM-side `dram_s0` different "
         "from `esize` gathers (a transpose, a channel slice); a DRAM stride of 0 repeats data.",
-        timing_doc=_TIMING_DOC,
-        energy_doc=_ENERGY_DOC,
+        timing_doc=_TIMING_DOC + _STREAM_DOC,
+        energy_doc=_ENERGY_DOC + " A load whose first burst is held counts only the bursts it fetches.",
     )
 )
 
@@ -205,20 +317,21 @@ def _decode_fields():
         count("n2", "planes (outermost dimension)", default=1),
         uint("local_s1", 24, "scratchpad byte stride between rows", default=Derived("n0")),
         uint("local_s2", 24, "scratchpad byte stride between planes", default=Derived("n1 * local_s1")),
-    )
+    ) + _stream_fields()
 
 
 def _decode_check(a, target) -> str | None:
     if target.weight_decoder is None:
         return (f"target '{target.name}' has no weight decoder ([weight_decoder] in its target file), "
                 "so it cannot run DMA_LOAD_DECODE")
-    return None
+    return _stream_check(a, _stream_region(a), target)
 
 
-def decode_cycles(stream: Region, decoded_bytes: int, target) -> tuple[int, int]:
+def decode_cycles(stream: Region | None, decoded_bytes: int, target) -> tuple[int, int]:
     """(busy, latency) of a decoded load: the stream's bursts on its memory's port or the
-    decoder's output rate, whichever is slower; the memory's latency plus the decoder's."""
-    busy, latency = transfer_cycles(stream, target)
+    decoder's output rate, whichever is slower; the memory's latency plus the decoder's
+    (``stream`` None: every byte was in a held burst)."""
+    busy, latency = (0, 0) if stream is None else transfer_cycles(stream, target)
     dec = target.weight_decoder
     if dec is None:  # the simulator refuses the instruction first (_decode_check); estimates count it raw
         return busy, latency
@@ -226,11 +339,11 @@ def decode_cycles(stream: Region, decoded_bytes: int, target) -> tuple[int, int]
 
 
 def _decode_timing(a, target, regions) -> tuple[int, int]:
-    return decode_cycles(regions[0], a.n0 * a.n1 * a.n2, target)
+    return decode_cycles(fetched(a, regions[0], target), a.n0 * a.n1 * a.n2, target)
 
 
 def _decode_actions(a, target, regions):
-    base = memory_actions(regions, target)
+    base = memory_actions(_fetched_regions(a, target, regions), target)
     return base if target.weight_decoder is None else dataclasses.replace(
         base, decoded_bytes=a.n0 * a.n1 * a.n2)
 
@@ -303,7 +416,7 @@ register(
         "`local_addr + i2*local_s2 + i1*local_s1 + i0`. A stream that does not decode to exactly that many "
         "bytes stops the simulation with the reason.",
         timing_doc="The stream is read as one contiguous run of whole `memory.NAME.burst_bytes` bursts of the "
-        "memory it falls in (as DMA_LOAD). busy = max(ceil(burst bytes / memory.NAME.bytes_per_cycle), "
+        "memory it falls in (as DMA_LOAD, stream buffers included). busy = max(ceil(burst bytes / memory.NAME.bytes_per_cycle), "
         "ceil(n0 x n1 x n2 / weight_decoder.bytes_per_cycle)) cycles on the memory's port; the data is "
         "complete `memory.NAME.latency_cycles + weight_decoder.latency_cycles` after that. Refused on a "
         "target without `[weight_decoder]`.",
@@ -311,3 +424,6 @@ register(
         "`weight_decoder.pj_per_byte`, and the same bytes written to the scratchpad.",
     )
 )
+
+
+_STREAMED = frozenset({"DMA_LOAD", "DMA_LOAD_DECODE"})  # the instructions with stream buffers

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from npuc.errors import SimulationError
 from npuc.isa.actions import Actions
-from npuc.isa.defs.dma import transfer_problem
+from npuc.isa.defs.dma import stream_problem, transfer_problem
 from npuc.isa.enums import Mem, Queue, Unit
 from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, program_problem
 from npuc.isa.loops import expand, has_loops
@@ -113,6 +113,10 @@ def prepare(
                 if r.mem is Mem.dram and r.end > dram_top:
                     dram_top = r.end
         steps.append(step)
+    if target.weight_decoder is not None and target.weight_decoder.stream_buffers:
+        bad = stream_problem(instrs, target)
+        if bad is not None:
+            raise SimulationError(f"{describe(bad[0], instrs[bad[0]], origin)}: {bad[1]}")
     return steps, dram_size if dram_size is not None else dram_top, origin
 
 
