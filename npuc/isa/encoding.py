@@ -334,7 +334,8 @@ def _heads(data: bytes) -> Iterator[tuple[InstrDef, int, int]]:
 def stream_features(data: bytes) -> tuple[bool, frozenset[str]]:
     """(whether a LOOP writes a phase, the mnemonics used) of a code section, in one walk of its
     instruction lengths: what the container's format version depends on (a LOOP that writes a
-    flag exception is named ``LOOP+x`` among the mnemonics).  Phases and flag exceptions are
+    flag exception is named ``LOOP+x`` among the mnemonics, a load that writes its stream buffer
+    fields ``DMA+stream``).  Phases and flag exceptions are
     fields that a LOOP without them never writes: they follow every other field, so the mask
     reaches them only then.  A stream that does not parse is left to :func:`decode_program` to
     refuse (this reports what precedes the fault)."""
@@ -342,6 +343,8 @@ def stream_features(data: bytes) -> tuple[bool, frozenset[str]]:
     first_phase = next(k for k, f in enumerate(loop.fields) if f.name.startswith("ph"))
     first_exception = next(k for k, f in enumerate(loop.fields) if f.name == "x0")
     phase_bits = ((1 << first_exception) - 1) & ~((1 << first_phase) - 1)
+    streamed = {get_def(name): next(k for k, f in enumerate(get_def(name).fields) if f.name == "stream")
+                for name in ("DMA_LOAD", "DMA_LOAD_DECODE")}
     phases, used = False, set()
     for d, length, mask in _heads(data):
         used.add(d.name)
@@ -349,10 +352,15 @@ def stream_features(data: bytes) -> tuple[bool, frozenset[str]]:
             phases = phases or bool(mask & phase_bits)
             if length > first_exception:
                 used.add(LOOP_EXCEPTIONS)
+        elif d in streamed and length > streamed[d]:
+            used.add(STREAM_LOADS)
     return phases, frozenset(used)
 
 
 LOOP_EXCEPTIONS = "LOOP+x"  # stream_features' name for a LOOP with flag exceptions
+# stream_features' name for a load on a stream buffer (its ``stream`` and ``held`` fields follow
+# every other: a program's first such load writes them, so its mask reaches them)
+STREAM_LOADS = "DMA+stream"
 
 
 def uses_loop_phases(data: bytes) -> bool:

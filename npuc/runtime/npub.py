@@ -49,6 +49,7 @@ from npuc.runtime.npub_validate import FINGERPRINT_SIZE, MAX_TARGET_NAME, check_
 __all__ = [
     "DEPTHWISE_MODE_VERSION",
     "LOOP_EXCEPTION_VERSION",
+    "STREAM_BUFFER_VERSION",
     "FORMAT_VERSION",
     "HOST_CODE_VERSION",
     "HostModule",
@@ -92,6 +93,7 @@ WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (requi
 LOOP_PHASE_VERSION = (3, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
 DEPTHWISE_MODE_VERSION = (3, 4)  # a binary whose code has MATMUL_DW (the array's depthwise mode; older readers refuse it)
 LOOP_EXCEPTION_VERSION = (3, 5)  # a binary whose code has LOOP flag exceptions (older readers refuse the LOOP)
+STREAM_BUFFER_VERSION = (3, 6)  # a binary whose loads use stream buffers (older readers refuse the load)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file
@@ -174,7 +176,9 @@ class Npub:
     def format_version(self) -> tuple[int, int]:
         """The version this container is written as: the oldest that has every section and
         instruction feature it holds."""
-        phases, depthwise, exceptions = _code_features(self.code_segments)
+        phases, depthwise, exceptions, streams = _code_features(self.code_segments)
+        if streams:
+            return STREAM_BUFFER_VERSION
         if exceptions:
             return LOOP_EXCEPTION_VERSION
         if depthwise:
@@ -302,19 +306,21 @@ def _pack_header(c: Container, name: bytes, header_size: int, file_size: int, ta
 # ------------------------------------------------------------------------------------- read
 
 
-def _code_features(programs: Sequence[bytes]) -> tuple[bool, bool, bool]:
+def _code_features(programs: Sequence[bytes]) -> tuple[bool, bool, bool, bool]:
     """(whether a program writes a LOOP phase: format 3.3, whether one holds a MATMUL_DW: format
-    3.4, whether a LOOP has flag exceptions: format 3.5); all False without the ISA package."""
+    3.4, whether a LOOP has flag exceptions: format 3.5, whether a load uses a stream buffer:
+    format 3.6); all False without the ISA package."""
     try:
-        from npuc.isa.encoding import LOOP_EXCEPTIONS, stream_features
+        from npuc.isa.encoding import LOOP_EXCEPTIONS, STREAM_LOADS, stream_features
     except ImportError:
-        return False, False, False
-    phases = depthwise = exceptions = False
+        return False, False, False, False
+    phases = depthwise = exceptions = streams = False
     for p in programs:
         ph, used = stream_features(p)
         phases, depthwise = phases or ph, depthwise or "MATMUL_DW" in used
         exceptions = exceptions or LOOP_EXCEPTIONS in used
-    return phases, depthwise, exceptions
+        streams = streams or STREAM_LOADS in used
+    return phases, depthwise, exceptions, streams
 
 
 def _fail(source: str | None, where: str, text: str) -> BinaryFormatError:
@@ -558,8 +564,12 @@ def load_npub(
     )
     decode = decode_code if decode_code is not None else _default_decoder()
     counts = _instruction_counts(n.code_segments, decode, source) if decode is not None else None
-    phases, depthwise, exceptions = (_code_features(n.code_segments) if c.version < LOOP_EXCEPTION_VERSION
-                                     else (False, False, False))
+    phases, depthwise, exceptions, streams = (_code_features(n.code_segments) if c.version < STREAM_BUFFER_VERSION
+                                              else (False, False, False, False))
+    if streams:
+        raise _fail(source, "CODE section", f"a program loads through stream buffers, which exist from format "
+                    f"{STREAM_BUFFER_VERSION[0]}.{STREAM_BUFFER_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")
+    exceptions = exceptions and c.version < LOOP_EXCEPTION_VERSION
     if exceptions:
         raise _fail(source, "CODE section", f"a program has LOOP flag exceptions, which exist from format "
                     f"{LOOP_EXCEPTION_VERSION[0]}.{LOOP_EXCEPTION_VERSION[1]}, in a format {c.version[0]}.{c.version[1]} file")

@@ -37,6 +37,16 @@ _ADDRESS_FIELDS = frozenset({"dram_addr", "local_addr", "addr", "in_addr", "out_
                              "qparams", "table"})
 
 
+def _built(op: str, fields: dict[str, Any]):
+    """(definition, args) of an instruction given without the addresses it does not need."""
+    d = get_def(op)
+    full = dict(fields)
+    for f in d.fields:
+        if f.name in _ADDRESS_FIELDS and f.name not in full and f.default is None:
+            full[f.name] = 0
+    return d, build_args(d, full)
+
+
 class _Table:
     """Instruction times for one target, memoised by the fields that matter (not addresses)."""
 
@@ -51,13 +61,29 @@ class _Table:
             sorted((k, v) for k, v in fields.items() if k not in _ADDRESS_FIELDS))
         hit = self.cache.get(key)
         if hit is None:
-            d = get_def(op)
-            full = dict(fields)
-            for f in d.fields:
-                if f.name in _ADDRESS_FIELDS and f.name not in full and f.default is None:
-                    full[f.name] = 0
-            args = build_args(d, full)
+            d, args = _built(op, fields)
             hit = self.cache[key] = d.timing(args, self.target, d.regions(args))
+        return hit
+
+
+    def streamed(self, op: str, fields: dict[str, Any]) -> tuple[int, int]:
+        """(busy, latency) of a load of a constant on a target with stream buffers
+        (npuc.codegen.constant_streams): a contiguous load then shares the bursts at its seams
+        with the pieces before and after it, so it moves its bytes on average, not its whole
+        bursts; a strided load is timed as it is."""
+        w = self.target.window_at(fields["dram_addr"])
+        key = ("stream", op, w.index if w is not None else -1) + tuple(
+            sorted((k, v) for k, v in fields.items() if k not in _ADDRESS_FIELDS))
+        hit = self.cache.get(key)
+        if hit is None:
+            d, args = _built(op, fields)
+            side = d.regions(args)[0]
+            if side.dram_runs()[0] != 1:
+                hit = self.time(op, fields)
+            else:
+                m = w.memory if w is not None else self.target.activation_memory
+                hit = (-int(-side.nbytes // m.bytes_per_cycle), m.latency_cycles)
+            self.cache[key] = hit
         return hit
 
 
@@ -250,6 +276,7 @@ class _Costs:
         self.table = _table(target)
         self.memo: dict[tuple, Any] = {}
         self.shared: dict[tuple, Any] = {} if shared is None else shared
+        self.streams = target.weight_decoder is not None and target.weight_decoder.stream_buffers > 0
 
     def _pure(self, key: tuple, fn) -> Any:
         hit = self.shared.get(key)
@@ -257,8 +284,11 @@ class _Costs:
             hit = self.shared[key] = fn()
         return hit
 
-    def dmas(self, instrs: list[tuple[str, dict]]) -> tuple[tuple[int, int], ...]:
-        """(busy, latency) of each DMA."""
+    def dmas(self, instrs: list[tuple[str, dict]], constant: bool = False) -> tuple[tuple[int, int], ...]:
+        """(busy, latency) of each DMA (``constant``: loads of a constant, which stream buffers
+        read piece after piece: :meth:`_Table.streamed`)."""
+        if constant and self.streams:
+            return tuple(self.table.streamed(op, f) for op, f in instrs)
         return tuple(self.table.time(op, f) for op, f in instrs)
 
     def input(self, s: Step, state: BandState | None, same: bool) -> tuple[int, int, tuple[tuple[int, int], ...], Rows, BandState]:
@@ -299,7 +329,7 @@ class _Costs:
             loads = plane_range(loads, *planes)
         if self.target.weight_decoder is not None:
             loads = as_streams(loads)
-        return self.dmas(loads)
+        return self.dmas(loads, constant=True)
 
     def operand(self, i: int, o: Any, s: Step) -> tuple[int, int]:
         key = ("o", i, s.th, s.tw, s.tn)
@@ -332,7 +362,7 @@ class _Costs:
             def price():
                 instrs = quant_loads(self.p, self.t, s).instrs
                 vector = [(op, f) for op, f in instrs if op != "DMA_LOAD"]
-                return (self.dmas([i for i in instrs if i[0] == "DMA_LOAD"]),
+                return (self.dmas([i for i in instrs if i[0] == "DMA_LOAD"], constant=True),
                         sum(instr_cycles(self.target, op, f) for op, f in vector), len(vector))
             hit = self.memo[key] = self._pure(key, price)
         return hit

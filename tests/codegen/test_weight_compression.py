@@ -15,7 +15,7 @@ from npuc.errors import BinaryFormatError, SimulationError
 from npuc.interp import interpret
 from npuc.isa.loops import expand
 from npuc.pipeline import run_graph_passes
-from npuc.runtime.npub import LOOP_EXCEPTION_VERSION, WEIGHT_STREAMS_VERSION, load_npub
+from npuc.runtime.npub import LOOP_EXCEPTION_VERSION, STREAM_BUFFER_VERSION, WEIGHT_STREAMS_VERSION, load_npub
 from npuc.targets import load_target
 from npuc.targets.loader import target_from_dict
 
@@ -71,8 +71,10 @@ def test_binary_is_format_3_2_deterministic_and_loads():
     a, b = compile_graph(g, tgt, quantize="int8"), compile_graph(g, tgt, quantize="int8")
     data = a.to_bytes()
     assert data == b.to_bytes()
-    # 3.2 for the weight streams, or 3.5 where a LOOP also has flag exceptions (3.5 includes 3.2)
-    assert tuple(int.from_bytes(data[i:i + 2], "little") for i in (8, 10)) in (WEIGHT_STREAMS_VERSION, LOOP_EXCEPTION_VERSION)
+    # 3.2 for the weight streams, 3.5 where a LOOP also has flag exceptions, 3.6 where loads use
+    # the target's stream buffers (each later version includes the earlier ones)
+    assert tuple(int.from_bytes(data[i:i + 2], "little") for i in (8, 10)) in (
+        WEIGHT_STREAMS_VERSION, LOOP_EXCEPTION_VERSION, STREAM_BUFFER_VERSION)
     n = load_npub(data, expected_target=tgt)
     assert n.weight_streams == a.npub.weight_streams and n.to_bytes() == data
 
