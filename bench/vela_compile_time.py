@@ -10,7 +10,8 @@ third runs measure what the first does.  ``CompileReport.stage_seconds`` gives t
 every stage; the stages after export are printed beside it.  Then it restates npuc's int8 graph
 as int8 TFLite (bench/vela_peer.py), compiles that three times with ``vela`` (whole process,
 user + system CPU seconds, in Vela's own environment) and prints the ratios (issue 8's target:
-npuc / Vela <= 0.5), and ``CompileReport.code_bytes`` against the constant bytes (target: <= 2%
+npuc / Vela <= 0.5), the int8 compile's quantize stage alone (torchao's PT2E prepare, the
+calibration forwards, convert) against Vela, and ``CompileReport.code_bytes`` against the constant bytes (target: <= 2%
 for the int8 CNNs).  A network whose graph has an op int8 TFLite cannot express (ViT-B/16: its
 softmax and layer norms stay float) gets its npuc figures and the op that stops the
 restatement.  torch runs single-threaded (``--threads``), as vela does.
@@ -153,6 +154,12 @@ def print_row(doc: dict) -> None:
     elif v:
         print(f"{'':<13} Vela: {v['tflite_bytes']:,} B of TFLite, CPU seconds {', '.join(f'{x:.2f}' for x in v['cpu_seconds'])}, "
               f"{v['cpu_ops']} ops left to the CPU")
+    quant = i8["stage_cpu_seconds"].get("quantize")
+    if vela and quant is not None:
+        # torchao's prepare_pt2e, the calibration forwards and convert_pt2e: the floor of any
+        # int8 compile through PT2E, whatever the backend costs
+        print(f"{'':<13} int8 quantize stage (PT2E prepare, calibration, convert): "
+              f"{quant:.2f} CPU s = {quant / vela:.2f} x Vela (the aim, 0.5 x Vela, is {0.5 * vela:.2f} s for the whole compile)")
 
 
 def print_stages(doc: dict) -> None:
