@@ -65,7 +65,6 @@ class _Table:
             hit = self.cache[key] = d.timing(args, self.target, d.regions(args))
         return hit
 
-
     def streamed(self, op: str, fields: dict[str, Any]) -> tuple[int, int]:
         """(busy, latency) of a load of a constant on a target with stream buffers
         (npuc.codegen.constant_streams): a contiguous load then shares the bursts at its seams

@@ -92,18 +92,13 @@ def fetched(a, region: Region, target) -> Region | None:
     """The part of a load's DMA side that it fetches from memory: all of it, but for a load
     whose first burst its stream buffer holds (``held``), which fetches from the next burst
     boundary on (None: nothing, the whole load lies in the held burst)."""
-    if not (a.stream and a.held):
+    w = target.window_at(region.addr) if a.stream and a.held else None
+    if w is None:
         return region
-    at = _burst_at(region, target)
-    if at is None:
-        return region
-    _, b, n = at
-    w = target.window_at(region.addr)
+    b = w.memory.burst_bytes
     start = w.base + -(-(region.addr - w.base) // b) * b
-    end = region.end
-    if end <= start:
-        return None
-    return Region(Mem.dram, start, (1, 1, end - start), (end - start, end - start, 1), _RAW[1], "r", "dram")
+    n = region.end - start
+    return Region(Mem.dram, start, (1, 1, n), (n, n, 1), _RAW[1], "r", "dram") if n > 0 else None
 
 
 def stream_problem(instrs, target) -> tuple[int, str] | None:
