@@ -15,8 +15,8 @@ constants is given a buffer: the constant keeps the buffer it had while it is am
 ``stream_buffers`` constants used last, else it takes the one used longest ago.  The load is
 marked ``held`` when its first byte is in the burst its buffer holds, or starts a burst (nothing
 to hold: the mark then changes nothing, and keeps the loads of a loop alike).  The simulator
-checks every ``held`` against the same rule before a program runs
-(:func:`npuc.isa.defs.dma.stream_problem`).
+checks every ``held`` by the same rule (:class:`npuc.isa.defs.dma.StreamBuffers`) before a
+program runs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 
+from npuc.isa.defs.dma import StreamBuffers
 from npuc.isa.enums import Mem
 from npuc.isa.instr import Instr
 from npuc.kir.program import CONSTANT
@@ -34,8 +35,7 @@ _LOADS = frozenset({"DMA_LOAD", "DMA_LOAD_DECODE"})
 def assign_streams(programs: list[list[Instr]], plan, target) -> list[list[Instr]]:
     """``programs`` with the stream buffer and ``held`` mark of every load that reads a constant
     in one contiguous run (the programs unchanged on a target without stream buffers)."""
-    dec = target.weight_decoder
-    buffers = dec.stream_buffers if dec is not None else 0
+    buffers = target.stream_buffers
     if not buffers or not plan.constants:
         return programs
     base = next(off for _, kind, off, _ in plan.regions if kind == "CONSTANTS")
@@ -49,7 +49,7 @@ def _assign(prog: list[Instr], base: int, end: int, starts: list[int], buffers: 
     owner: dict[int, int] = {}  # buffer -> constant (its first byte's address)
     recent: OrderedDict[int, None] = OrderedDict((s, None) for s in range(1, buffers + 1))  # least recent first
     taken: dict[int, int] = {}  # constant -> buffer
-    held: dict[int, tuple[int, int]] = {}  # buffer -> (window, burst)
+    held = StreamBuffers(target)
     for i, ins in enumerate(prog):
         if ins.op not in _LOADS:
             continue
@@ -65,13 +65,10 @@ def _assign(prog: list[Instr], base: int, end: int, starts: list[int], buffers: 
             if old is not None:
                 del taken[old]
             owner[s], taken[constant] = constant, s
-            held.pop(s, None)
+            held.forget(s)
         recent.move_to_end(s)
-        w = target.window_at(r.addr)
-        burst = w.memory.burst_bytes
-        first, last = (r.addr - w.base) // burst, (r.end - 1 - w.base) // burst
-        mark = (r.addr - w.base) % burst == 0 or held.get(s) == (w.index, first)
-        held[s] = (w.index, last)
+        mark = held.may_hold(s, r)
+        held.read(s, r)
         out[i] = Instr(ins.op, ins.args._replace(stream=s, held=int(mark)), ins.deps)
     return out
 

@@ -143,7 +143,7 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
     burst = target.window_at(off).memory.burst_bytes
     # with stream buffers a constant's loads, read in order, share the bursts at their seams
     # (npuc.codegen.constant_streams): a block then costs its bytes, not its whole bursts
-    streamed = target.weight_decoder.stream_buffers > 0
+    streamed = target.stream_buffers > 0
     regions = {ref: _dram_region(programs[ref[0]][ref[1]]) for ref in users}
     keys: dict[tuple, object] = {}
     for key, region in _grouped_blocks(programs, users, regions) if grouped else ():

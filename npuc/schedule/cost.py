@@ -275,7 +275,7 @@ class _Costs:
         self.table = _table(target)
         self.memo: dict[tuple, Any] = {}
         self.shared: dict[tuple, Any] = {} if shared is None else shared
-        self.streams = target.weight_decoder is not None and target.weight_decoder.stream_buffers > 0
+        self.streams = target.stream_buffers > 0
 
     def _pure(self, key: tuple, fn) -> Any:
         hit = self.shared.get(key)

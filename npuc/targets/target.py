@@ -212,6 +212,11 @@ class Target:
         return self.array.rows * self.array.cols
 
     @property
+    def stream_buffers(self) -> int:
+        """Stream buffers of the DMA (``weight_decoder.stream_buffers``; 0 without a decoder)."""
+        return self.weight_decoder.stream_buffers if self.weight_decoder is not None else 0
+
+    @property
     def clock_hz(self) -> float:
         return self.clock.mhz * 1e6
 

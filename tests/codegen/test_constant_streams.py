@@ -14,7 +14,7 @@ from npuc.runtime.sim import simulate
 from npuc.targets import load_target
 
 U55 = load_target("u55-like-256")
-FLASH = next(w for w in U55.windows if w.memory.name == "flash")
+FLASH = U55.window_of("flash")
 
 
 def _loads(seed: int, constants: int) -> tuple[list[Instr], list[int]]:

@@ -15,7 +15,7 @@ from npuc.runtime.sim import simulate
 from npuc.targets import load_target
 
 U55 = load_target("u55-like-256")
-FLASH = U55.window("flash") if hasattr(U55, "window") else next(w for w in U55.windows if w.memory.name == "flash")
+FLASH = U55.window_of("flash")
 BURST = FLASH.memory.burst_bytes  # 128
 
 

@@ -69,23 +69,13 @@ def _stream_check(a, region: Region, target) -> str | None:
     """Why a load's ``stream`` and ``held`` fields are illegal on ``target``, or None."""
     if not a.stream:
         return "`held` needs a stream buffer (`stream` 1 or more)" if a.held else None
-    dec = target.weight_decoder
-    have = dec.stream_buffers if dec is not None else 0
+    have = target.stream_buffers
     if a.stream > have:
         return (f"stream buffer {a.stream} does not exist: target '{target.name}' has "
                 f"{have} (weight_decoder.stream_buffers)")
     if region.dram_runs()[0] != 1:
         return "a load on a stream buffer reads one contiguous run of bytes"
     return None
-
-
-def _burst_at(region: Region, target) -> tuple[int, int, int] | None:
-    """(window index, burst size, burst number in the window) of a region's first byte."""
-    w = target.window_at(region.addr)
-    if w is None:
-        return None
-    b = w.memory.burst_bytes
-    return w.index, b, (region.addr - w.base) // b
 
 
 def fetched(a, region: Region, target) -> Region | None:
@@ -101,30 +91,54 @@ def fetched(a, region: Region, target) -> Region | None:
     return Region(Mem.dram, start, (1, 1, n), (n, n, 1), _RAW[1], "r", "dram") if n > 0 else None
 
 
-def stream_problem(instrs, target) -> tuple[int, str] | None:
-    """(index, reason) of the first load in ``instrs`` (a program, LOOPs expanded, whose loads
-    run in this order on the load queue) that says its first burst is held (``held``) when its
-    stream buffer does not hold it, or None.  A load on stream buffer ``s`` leaves the burst of
-    its last byte there."""
-    held: dict[int, tuple[int, int]] = {}
-    for i, ins in enumerate(instrs):
-        if ins.op not in _STREAMED:
-            continue
+class StreamBuffers:
+    """What each stream buffer holds: the (window, burst) of the last byte its last load read.
+    The one rule by which the simulator checks a ``held`` mark and the compiler sets it
+    (npuc.codegen.constant_streams)."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.held: dict[int, tuple[int, int]] = {}
+
+    def burst_of(self, addr: int) -> tuple[int, int, int]:
+        """(window index, burst number, offset in the burst) of a byte inside a window."""
+        w = self.target.window_at(addr)
+        b = w.memory.burst_bytes
+        return w.index, (addr - w.base) // b, (addr - w.base) % b
+
+    def may_hold(self, s: int, region: Region) -> bool:
+        """Whether a load of ``region`` on buffer ``s`` may be marked ``held``: its first byte
+        starts a burst (nothing to hold) or lies in the burst ``s`` holds."""
+        win, burst, offset = self.burst_of(region.addr)
+        return offset == 0 or self.held.get(s) == (win, burst)
+
+    def read(self, s: int, region: Region) -> None:
+        """A load of ``region`` on buffer ``s``: the buffer now holds its last byte's burst."""
+        win, burst, _ = self.burst_of(region.end - 1)
+        self.held[s] = (win, burst)
+
+    def forget(self, s: int) -> None:
+        self.held.pop(s, None)
+
+    def what(self, s: int) -> str:
+        got = self.held.get(s)
+        return "nothing" if got is None else f"burst {got[1]} of memory '{self.target.windows[got[0]].memory.name}'"
+
+
+def stream_problem(loads, target) -> tuple[int, str] | None:
+    """(index, reason) of the first of ``loads`` ((instruction, DMA-side region) of a program's
+    instructions, LOOPs expanded: loads run in this order on the load queue) that says its first
+    burst is held (``held``) when its stream buffer does not hold it, or None."""
+    buffers = StreamBuffers(target)
+    for i, (ins, region) in enumerate(loads):
         a = ins.args
-        if not a.stream:
+        if ins.op not in _STREAMED or not a.stream:
             continue
-        region = ins.defn.regions(a)[0]
-        at = _burst_at(region, target)
-        if at is None:
-            continue
-        win, b, first = at
-        if a.held and (region.addr - target.windows[win].base) % b and held.get(a.stream) != (win, first):
-            got = held.get(a.stream)
-            where = "nothing" if got is None else f"burst {got[1]} of memory '{target.windows[got[0]].memory.name}'"
-            return i, (f"its first burst (burst {first} of memory '{target.windows[win].memory.name}') is not "
-                       f"the one stream buffer {a.stream} holds ({where}), yet `held` is set")
-        last = region.end - 1
-        held[a.stream] = (win, (last - target.windows[win].base) // b)
+        if a.held and not buffers.may_hold(a.stream, region):
+            win, burst, _ = buffers.burst_of(region.addr)
+            return i, (f"its first burst (burst {burst} of memory '{target.windows[win].memory.name}') is not "
+                       f"the one stream buffer {a.stream} holds ({buffers.what(a.stream)}), yet `held` is set")
+        buffers.read(a.stream, region)
     return None
 
 

@@ -113,8 +113,8 @@ def prepare(
                 if r.mem is Mem.dram and r.end > dram_top:
                     dram_top = r.end
         steps.append(step)
-    if target.weight_decoder is not None and target.weight_decoder.stream_buffers:
-        bad = stream_problem(instrs, target)
+    if target.stream_buffers:
+        bad = stream_problem(((st.instr, st.regions[0] if st.regions else None) for st in steps), target)
         if bad is not None:
             raise SimulationError(f"{describe(bad[0], instrs[bad[0]], origin)}: {bad[1]}")
     return steps, dram_size if dram_size is not None else dram_top, origin
