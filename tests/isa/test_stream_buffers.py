@@ -39,9 +39,10 @@ def _flash_read(r) -> int:
 
 
 def test_a_constant_read_in_pieces_costs_its_bytes_in_whole_bursts_once():
-    """Four 80-byte pieces of one constant, one after another: alone each fetches a burst or
-    two (5 bursts in all); on one stream buffer, each piece after the first fetches only the
-    bursts past the one the last piece ended in: 3 bursts, ceil(320 / 128).  Same bytes land."""
+    """Four 80-byte pieces of one constant, one after another: alone each is charged its run in
+    whole bursts (one each, 4 in all: docs/isa.md); on one stream buffer, each piece after the
+    first fetches only the bursts past the one the last piece ended in: 3 bursts,
+    ceil(320 / 128).  Same bytes land."""
     data = np.arange(512, dtype=np.int64).astype(np.uint8)
     alone = [_load(80 * i, 80, 128 * i) for i in range(4)]
     streamed = [_load(80 * i, 80, 128 * i, stream=1, held=1) for i in range(4)]
