@@ -15,7 +15,9 @@ cheaper, per layer.
 
 Layout.  Tiles are (image, channel block, output rows, output columns: all of them, or column
 tiles when a tile of every column holds few rows), channel blocks outer.  The weights are
-loaded once tap-major (``[kh*kw][C]``, as for the vector kernel).  Per tile: input rows into a
+loaded once tap-major (``[kh*kw][C]``, as for the vector kernel); int8's folded bias and REQUANT
+records a group of channels at a time, with the fetch of the group's first tile, so the first
+epilogue waits only for its own channels' (``quant_constants``).  Per tile: input rows into a
 padded buffer (``fetch_padded``, borders VFILLed with 0 or the int8 zero point), then per tap
 and channel block one MATMUL_DW walking the whole output tile (two-level row loop: horizontal
 stride, then rows) into an accumulator tile (taps outer, blocks inner); two accumulator tiles
@@ -43,7 +45,6 @@ from npuc.codegen.epilogue import (
     emit_bias_requant,
     epilogue_blocks,
     epilogue_spad_bytes,
-    load_channel_records,
     load_epilogue_operands,
     store_pieces,
     vector_nd,
@@ -51,6 +52,7 @@ from npuc.codegen.epilogue import (
 from npuc.codegen.kernels.vector_common import column_tilings, fetch_padded, largest_fitting, overlap_cap
 from npuc.codegen.tile_builder import TileBuilder
 from npuc.isa.enums import Dataflow, DType
+from npuc.kir import records as channel_records
 from npuc.kir.kernel import Kernel
 from npuc.kir.tile_program import TileProgram
 
@@ -199,17 +201,25 @@ class _ArrayDepthwise:
         self.tiles = [(b, c0, o0, q0) for b in range(self.n) for c0 in range(0, self.c, p.chans)
                       for o0 in range(0, self.oh, p.rows) for q0 in range(0, self.ow, self.qw)]
         self.loaded: dict[int, tuple] = {}
+        self.quant_loaded: set[int] = set()  # channel groups whose bias and records are loaded
 
     def run(self) -> None:
         k, tb, es = self.k, self.tb, self.es
         w = k.inputs[1]
         dma_nd(tb, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
                self.wbuf, (self.kw * self.c * es, self.c * es, es), es)
-        if self.int8:
-            bias, rec = k.inputs[2], k.inputs[3]
-            dma_nd(tb, "DMA_LOAD", bias.addr, (self.c,), bias.strides, self.bias, (4,), 4)
-            load_channel_records(tb, rec, self.records)
         self._pipeline()
+
+    def quant_constants(self, c0: int, nc: int) -> None:
+        """int8: the folded bias and the REQUANT records of channels ``c0 .. c0+nc``, loaded with
+        the fetch of the first tile of those channels (two tiles ahead of its epilogue), not all
+        before the first tile: on a slow weight memory the first epilogue would otherwise wait
+        for every channel's bias and records.  Each is a contiguous run of its constant, so on a
+        target with stream buffers the groups' loads continue one stream."""
+        bias, rec = self.k.inputs[2], self.k.inputs[3]
+        dma_nd(self.tb, "DMA_LOAD", bias.addr + c0 * bias.strides[0], (nc,), bias.strides, self.bias + c0 * 4, (4,), 4)
+        for op, f in channel_records.load_instrs(channel_records.record_addr(rec.addr, c0), nc, self.records + c0 * 8):
+            self.tb.emit(op, **f)
 
     def _pipeline(self) -> None:
         """``pipeline``'s order, with tile i+2's fetch between tile i's products and its
@@ -249,6 +259,9 @@ class _ArrayDepthwise:
         b, c0, o0, nr, nc, r0 = self._view(i)
         q0, nq, wp = self._cols(i)
         ibuf, _, bufs = self.sets[i % NSETS]
+        if self.int8 and c0 not in self.quant_loaded:
+            self.quant_loaded.add(c0)
+            self.quant_constants(c0, nc)
         rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1
         pad = float(self.k.quant.in_zero_point) if self.int8 else 0.0
         left = q0 * a.stride[1] - a.padding[1]  # input column of the tile's first window
