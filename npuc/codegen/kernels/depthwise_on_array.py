@@ -16,8 +16,10 @@ cheaper, per layer.
 Layout.  Tiles are (image, channel block, output rows, output columns: all of them, or column
 tiles when a tile of every column holds few rows), channel blocks outer.  The weights are
 loaded once tap-major (``[kh*kw][C]``, as for the vector kernel); int8's folded bias and REQUANT
-records a group of channels at a time, with the fetch of the group's first tile, so the first
-epilogue waits only for its own channels' (``quant_constants``).  Per tile: input rows into a
+records either with them, or (``quant_groups``, a tiling of its own for the cost model to weigh:
+faster where the weight memory is slow, more code) a group of channels at a time with the fetch
+of the group's first tile, so the first epilogue waits only for its own channels'
+(``quant_constants``).  Per tile: input rows into a
 padded buffer (``fetch_padded``, borders VFILLed with 0 or the int8 zero point), then per tap
 and channel block one MATMUL_DW walking the whole output tile (two-level row loop: horizontal
 stride, then rows) into an accumulator tile (taps outer, blocks inner); two accumulator tiles
@@ -31,7 +33,7 @@ Numerics (fp16): products exact in fp32 and sums in fp32, one rounding to fp16 p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from npuc.codegen.epilogue import (
     ALIGN,
@@ -69,6 +71,7 @@ class ArrayDepthwisePlan:
     kh: int
     kw: int
     cols: int = 0  # output columns per tile (0: all of them)
+    quant_groups: bool = False  # int8: bias and records loaded per channel group, with its first tile
 
 
 def _r(n: int) -> int:
@@ -151,6 +154,8 @@ def array_tilings(k: Kernel, target) -> list[ArrayDepthwisePlan]:
             tiles = -(-ow // q) * -(-c // chans)
             r = overlap_cap(n * oh * tiles, r, max(1, 2048 // (q * chans * k.dtype.size)))
             out.append(ArrayDepthwisePlan(r, chans, *k.inputs[1].shape[2:], q))
+    if not k.dtype.is_float:  # each tiling also with its bias and records loaded a channel group at a time
+        out += [replace(p, quant_groups=True) for p in out if p.chans < c]
     return out
 
 
@@ -208,6 +213,8 @@ class _ArrayDepthwise:
         w = k.inputs[1]
         dma_nd(tb, "DMA_LOAD", w.addr, (self.kh, self.kw, self.c), (w.strides[2], w.strides[3], w.strides[0]),
                self.wbuf, (self.kw * self.c * es, self.c * es, es), es)
+        if self.int8 and not self.p.quant_groups:
+            self.quant_constants(0, self.c)
         self._pipeline()
 
     def quant_constants(self, c0: int, nc: int) -> None:
@@ -259,7 +266,7 @@ class _ArrayDepthwise:
         b, c0, o0, nr, nc, r0 = self._view(i)
         q0, nq, wp = self._cols(i)
         ibuf, _, bufs = self.sets[i % NSETS]
-        if self.int8 and c0 not in self.quant_loaded:
+        if self.int8 and self.p.quant_groups and c0 not in self.quant_loaded:
             self.quant_loaded.add(c0)
             self.quant_constants(c0, nc)
         rin = (nr - 1) * a.stride[0] + (self.kh - 1) * a.dilation[0] + 1

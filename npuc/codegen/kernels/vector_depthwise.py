@@ -240,7 +240,8 @@ class DepthwiseKernel:
         return vectors + [
             tile_plan(f"depthwise {p.kh}x{p.kw}/{kernel.attrs.stride[0]}x{kernel.attrs.stride[1]} on the array, "
                       f"{p.rows} output rows{f' x {p.cols} columns' if p.cols else ''} x {p.chans} channels per tile, "
-                      f"one depthwise-mode MATMUL_DW per tap",
+                      f"one depthwise-mode MATMUL_DW per tap"
+                      f"{', bias and records per channel group' if p.quant_groups else ''}",
                       array_program(kernel, p, target), target)
             for p in array_tilings(kernel, target)
         ]
