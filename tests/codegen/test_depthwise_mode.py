@@ -209,3 +209,28 @@ def test_int8_array_schedule_is_bit_exact_with_only_real_macs(case):
         assert int((out != ref.reshape(out.shape)).sum()) == 0, plan.summary
         assert res.actions.macs == _real_macs(kernel), plan.summary
         assert abs(plan.est_cycles - res.total_cycles) <= 0.10 * res.total_cycles, plan.summary
+
+
+def test_int8_bias_and_records_by_channel_group_hide_a_slow_weight_memory():
+    """On u55-like-256 (flash read at a byte a cycle) a 7x7 layer of 256 channels: each array
+    tiling of several channel groups is also costed with its groups' bias and records loaded with
+    each group's first tile (``quant_groups``).  Both are bit exact; the grouped one reads the same
+    flash bytes (each group's are a contiguous run: one stream on the target's stream buffers) and
+    takes fewer cycles, since the first epilogue waits for its own group's 9 bytes a channel only,
+    not every channel's; and the cost model keeps it.  (The kernel alone, placed by the harness:
+    the groups' runs fall on whole bursts, so the bytes read are the same even before the stream
+    buffers are assigned.)"""
+    u55 = load_target("u55-like-256")
+    kernel, values, ref = int8_case(1, 256, 7, 3, 1, 1)
+    runs = _array_runs(kernel, u55, values)
+    for plan, out, res in runs:
+        assert int((out != ref.reshape(out.shape)).sum()) == 0, plan.summary
+    by = {plan.details.choice: res for plan, _, res in runs}
+    pairs = [(p, dataclasses.replace(p, quant_groups=True)) for p in by if not p.quant_groups]
+    pairs = [(a, b) for a, b in pairs if b in by]
+    assert pairs, "no tiling of several channel groups"
+    for alone, grouped in pairs:
+        ra, rg = by[alone], by[grouped]
+        assert rg.total_cycles < ra.total_cycles, (alone, ra.total_cycles, rg.total_cycles)
+        assert sum(rg.actions.memory_read) == sum(ra.actions.memory_read)
+    assert IMPL.plan(place(kernel)[0], u55).details.choice.quant_groups
