@@ -1,0 +1,87 @@
+"""Where a fused chain's cycles go: an inverted-residual block run as its layers and as one chain.
+
+An inverted-residual block (1x1 expansion, 3x3 depthwise, 1x1 projection, each with its batch
+norm; ReLU6 after the first two), built in PyTorch at the shape given, compiled for one target
+with its layers one by one and fused (``fuse_layers=True``: the cascade stage's chain of least
+energy), both simulated.  For each it prints the cycles, the off-chip bytes, every kernel's
+cycles, and for every queue and instruction kind the cycles its instructions occupied their unit
+(``busy``, from each executed instruction's own timing, docs/isa.md): the sum over a queue
+against the run's cycles says how well the array, the vector unit and the DMA overlap.  The
+two runs' outputs are compared (int8: bit for bit, as a chain computes what its members do).
+
+    .venv/bin/python bench/chain_busy.py                        # 56x56: 24 -> 144 -> /2 -> 32, int8, u65-like-256
+    .venv/bin/python bench/chain_busy.py --target npu-mid --precision fp16 --block 28,32,192,32,1
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+import npuc
+from npuc.report.profile import executed
+
+
+def block(cin: int, mid: int, cout: int, stride: int) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6(),
+                         nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid), nn.ReLU6(),
+                         nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout)).eval()
+
+
+def busy_by_kind(art, target) -> dict[tuple[str, str], tuple[int, int]]:
+    """(queue, instruction kind) -> (busy cycles, dynamic instructions) over every NPU program."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for prog in art.programs:
+        dynamic, _ = executed(prog, tuple("" for _ in prog))
+        for ins in dynamic:
+            d = ins.defn
+            busy, _ = d.timing(ins.args, target, d.regions(ins.args))
+            op = getattr(ins.args, "op", None)
+            kind = d.name if op is None else f"{d.name} {getattr(op, 'name', op)}"
+            c, n = out.get((d.queue.name, kind), (0, 0))
+            out[(d.queue.name, kind)] = (c + busy, n + 1)
+    return out
+
+
+def report(label: str, art, x: torch.Tensor) -> np.ndarray:
+    p = art.profile(x)
+    print(f"{label}: {p.total_cycles:,} cycles, off-chip {p.dram_bytes:,} B")
+    for lp in p.layers:
+        print(f"    {lp.kind:<18} {lp.cycles:>10,} cycles  {lp.name}")
+    kinds = busy_by_kind(art, p.target)
+    queues: dict[str, int] = {}
+    for (q, _), (c, _) in kinds.items():
+        queues[q] = queues.get(q, 0) + c
+    print("    busy per queue: " + ", ".join(f"{q} {c:,} ({c / p.total_cycles:.0%} of the run)"
+                                          for q, c in sorted(queues.items(), key=lambda kv: -kv[1])))
+    for (q, kind), (c, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:8]:
+        print(f"      {q:<8} {kind:<20} busy {c:>10,}  ({n:,} instructions)")
+    return art.run(x)[0].numpy()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="u65-like-256")
+    ap.add_argument("--precision", choices=("int8", "fp16"), default="int8")
+    ap.add_argument("--block", default="56,24,144,32,2", help="H,CIN,MID,COUT,STRIDE (input HxH)")
+    args = ap.parse_args()
+    h, cin, mid, cout, stride = (int(v) for v in args.block.split(","))
+    torch.manual_seed(0)
+    m = block(cin, mid, cout, stride)
+    x = torch.randn(1, cin, h, h)
+    quantize = "int8" if args.precision == "int8" else None
+    calibration = [(torch.randn(1, cin, h, h),) for _ in range(4)] if quantize else None
+    print(f"inverted-residual block {h}x{h}: {cin} -> {mid} -> 3x3/{stride} -> {cout}, {args.precision}, {args.target}")
+    outs = []
+    for label, fuse in (("layers one by one", False), ("fused", True)):
+        art = npuc.compile(m, (x,), target=args.target, quantize=quantize, calibration=calibration, fuse_layers=fuse)
+        outs.append(report(label, art, x))
+    diff = float(np.abs(outs[0].astype(np.float64) - outs[1].astype(np.float64)).max())
+    print(f"largest difference between the two runs' outputs: {diff:g}")
+
+
+if __name__ == "__main__":
+    main()
