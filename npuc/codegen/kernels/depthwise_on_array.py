@@ -218,11 +218,11 @@ class _ArrayDepthwise:
         self._pipeline()
 
     def quant_constants(self, c0: int, nc: int) -> None:
-        """int8: the folded bias and the REQUANT records of channels ``c0 .. c0+nc``, loaded with
-        the fetch of the first tile of those channels (two tiles ahead of its epilogue), not all
-        before the first tile: on a slow weight memory the first epilogue would otherwise wait
-        for every channel's bias and records.  Each is a contiguous run of its constant, so on a
-        target with stream buffers the groups' loads continue one stream."""
+        """int8: the folded bias and the REQUANT records of channels ``c0 .. c0+nc``: every
+        channel's before the first tile, or with ``quant_groups`` a group's with the fetch of
+        the group's first tile (two tiles ahead of its epilogue), so that on a slow weight memory
+        the first epilogue does not wait for every channel's.  Each is a contiguous run of its
+        constant, so on a target with stream buffers the groups' loads continue one stream."""
         bias, rec = self.k.inputs[2], self.k.inputs[3]
         dma_nd(self.tb, "DMA_LOAD", bias.addr + c0 * bias.strides[0], (nc,), bias.strides, self.bias + c0 * 4, (4,), 4)
         for op, f in channel_records.load_instrs(channel_records.record_addr(rec.addr, c0), nc, self.records + c0 * 8):
