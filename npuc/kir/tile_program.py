@@ -169,27 +169,50 @@ class _Namer:
         return f"dram+{a}"
 
     def step(self, s: Step) -> str:
+        from npuc.isa.enums import Mem
+
         parts = []
-        f = dict(s.fields)
+        mems = address_memories(s)
         for k, v in s.fields:
             if k in DRAM_ADDRESS_FIELDS:
                 v = self._dram(v)
             elif k in LOCAL_ADDRESS_FIELDS and isinstance(v, int):
-                v = self._local(v, _in_acc(s.op, k, f))
+                v = self._local(v, mems.get(k) is Mem.acc)
             elif hasattr(v, "name") and not isinstance(v, (int, float)):
                 v = v.name
             parts.append(f"{k}={v}")
         return f"{s.op} " + " ".join(parts)
 
 
-def _in_acc(op: str, field_name: str, fields: dict) -> bool:
-    """Whether an address field of a step points into the accumulator."""
-    if op in ("MATMUL", "MATMUL_DW"):
-        return field_name == "out_addr"
-    if field_name == "local_addr":
-        return getattr(fields.get("local"), "name", fields.get("local")) == "acc"
-    space = fields.get(f"{field_name}_space")
-    return getattr(space, "name", space) == "acc"
+_MEMORIES: dict[tuple, tuple[tuple[str, Any], ...]] = {}
+
+
+def address_memories(s: Step) -> dict[str, Any]:
+    """Each scratchpad/accumulator address field of ``s`` and the memory (``Mem.spad`` or
+    ``Mem.acc``) it places a region in, read off the instruction's own regions: the field moved
+    by one byte, the region that moves with it.  A field that places no region (an empty
+    operand) is left out.  What a field addresses depends on the step's other fields (an
+    operand's ``_space``), never on its addresses, so the answer is kept per ``shape_key``."""
+    key = s.shape_key()
+    hit = _MEMORIES.get(key)
+    if hit is None:
+        from npuc.isa.instr import build_args, get_def
+
+        d = get_def(s.op)
+        f = s.kwargs()
+        before = d.regions(build_args(d, f))
+        out = []
+        for name, v in s.fields:
+            if name not in LOCAL_ADDRESS_FIELDS or not isinstance(v, int):
+                continue
+            after = d.regions(build_args(d, {**f, name: v + 1}))
+            mems = {r.mem for r, t in zip(before, after) if r is not None and t is not None and r.addr != t.addr}
+            if len(mems) == 1:
+                out.append((name, mems.pop()))
+        if len(_MEMORIES) > 1 << 14:
+            _MEMORIES.clear()
+        hit = _MEMORIES[key] = tuple(out)
+    return dict(hit)
 
 
 class _Lookup:

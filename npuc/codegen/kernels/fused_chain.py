@@ -39,7 +39,8 @@ from npuc.errors import CompileError
 from npuc.isa.widths import DRAM_ADDR_BITS
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.plan import Plan
-from npuc.kir.tile_program import Buffer, TileProgram
+from npuc.isa.enums import Mem
+from npuc.kir.tile_program import Buffer, Step, TileProgram, address_memories
 from npuc.memo import Memo
 from npuc.schedule.cascade_cost import (
     SECOND,
@@ -51,6 +52,7 @@ from npuc.schedule.cascade_cost import (
     chain_stripes,
     constant_inputs,
     externals,
+    program_estimate,
     row_bytes,
     sram_layout,
     staged_inputs,
@@ -101,6 +103,7 @@ class ChainPlan:
     member_target: Any
     bands: tuple[tuple[Plan | None, ...], ...]
     program: TileProgram
+    alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
 
     def text(self, indent: str = "") -> str:
         """The chain's loop nest, as ``--print-after codegen`` prints every tile program."""
@@ -117,16 +120,60 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
     bands, acc = stripe_bands(members, stripes, sub)
-    program = chain_program(k, target, stripes, layout, sub, bands)
+    cost, program, alternate = cheapest_placement(
+        lambda alternate: chain_program(k, target, stripes, layout, sub, bands, alternate), target)
     double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
     where = (f"in SRAM ({a.sram_bytes:,} B)" if a.sram_bytes
              else f"in scratchpad ({sum(n for _, _, n in layout.buffers):,} B)")
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{len(a.intermediates)} intermediates {where}, "
                f"staged inputs {'double' if double else 'single'}-buffered, "
-               f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}")
-    return Plan(summary, target.scratchpad.size_bytes, acc, program_cycles(program, target),
-                ChainPlan(stripes, layout, sub, bands, program))
+               f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}"
+               + (", every other band at the top of the members' part" if alternate else ""))
+    acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
+    return Plan(summary, target.scratchpad.size_bytes, acc, cost.cycles,
+                ChainPlan(stripes, layout, sub, bands, program, alternate))
+
+
+PLACEMENTS = (False, True)  # the members' bands all at the bottom of their part; every other one at the top
+
+
+def cheapest_placement(program_of, target: Any) -> tuple[Any, TileProgram, bool]:
+    """(estimate, tile program, alternate) of the placement of the members' bands
+    (``PLACEMENTS``, :func:`chain_program`) whose program costs least energy, then fewest cycles:
+    the same instructions either way, so it is the one that overlaps the members better, unless
+    the top placement's few extra waits make it slower."""
+    best = None
+    for alternate in PLACEMENTS:
+        program = program_of(alternate)
+        cost = program_estimate(program.steps, target, program_cycles(program, target))
+        if best is None or (cost.energy_pj, cost.cycles) < (best[0].energy_pj, best[0].cycles):
+            best = (cost, program, alternate)
+    return best
+
+
+def at_top(steps: list[Step], member_bytes: int, spad_shift: int, acc_shift: int) -> list[Step]:
+    """A member's band moved to the top of the members' part of the scratchpad (every address
+    below ``member_bytes`` up by ``spad_shift``) and of the accumulator (every address up by
+    ``acc_shift``); the chain's own buffers, above the members' part, stay where they are.
+    Which field holds which memory's address is read off the instructions' regions
+    (:func:`~npuc.kir.tile_program.address_memories`)."""
+    out = []
+    for s in steps:
+        mems = address_memories(s)
+        if not mems:
+            out.append(s)
+            continue
+        fields = []
+        for name, v in s.fields:
+            m = mems.get(name)
+            if m is Mem.acc:
+                v += acc_shift
+            elif m is Mem.spad and v < member_bytes:
+                v += spad_shift
+            fields.append((name, v))
+        out.append(Step(s.op, tuple(fields), s.tile))
+    return out
 
 
 def stripe_bands(members, stripes, sub: Any) -> tuple[tuple[tuple, ...], int]:
@@ -190,11 +237,18 @@ class _Recorder(TileBuilder):
 
 
 def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
-                  bands: tuple[tuple[Plan | None, ...], ...]) -> TileProgram:
+                  bands: tuple[tuple[Plan | None, ...], ...], alternate: bool = False) -> TileProgram:
     """Every step of the chain, in program order, one tile-loop iteration per stripe: the
     resident constants loaded before the loop; per stripe, the staged inputs' rows (into the
     stripe's half of their double buffer) and each member's band, emitted by the member's own
-    implementation through :class:`~npuc.codegen.local_memory.LocalEmitter`."""
+    implementation through :class:`~npuc.codegen.local_memory.LocalEmitter`.
+
+    With ``alternate`` every other band, counted over the whole chain, is moved to the top of the
+    members' part of the scratchpad and of the accumulator (:func:`at_top`).  A member's band
+    begins by loading into the buffers the band before it used; at the same addresses those loads
+    wait until that band has read its last tile, and its first accumulator tile until that band
+    has drained its last; where the two bands' footprints do not overlap, the next band's loads and
+    first tiles run under the last work of the one before (the tokens order the rest)."""
     a: ChainAttrs = k.attrs
     rec = _Recorder(target, k)
     for name, spad, nbytes in (("members", 0, layout.member_bytes),) + layout.buffers + layout.resident:
@@ -213,6 +267,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     producers = {m.output.name: m for m in a.members}
     staged = staged_inputs(members, a.intermediates)
     buffers = {name: spad for name, spad, _ in layout.buffers}
+    emitted = 0
     for i, (s, plans) in enumerate(zip(stripes, bands)):
         rec.at(i)
         local.windows = list(fixed)
@@ -236,7 +291,13 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
             local.windows.append((start, start + (hi - lo) * rb, buf - start, t.name))
         for m, (o0, o1), bp in zip(members, s.out_rows, plans):
             if bp is not None:
+                first = len(rec._steps)
                 get_kernel(m.kind).emit(band_kernel(m, o0, o1), bp, local)
+                if alternate and emitted % 2:
+                    rec._steps[first:] = at_top(rec._steps[first:], layout.member_bytes,
+                                                layout.member_bytes - bp.spad_bytes,
+                                                target.accumulator.size_bytes - bp.acc_bytes)
+                emitted += 1
     rec._steps = list(elide_copies(tuple(rec._steps), layout.member_bytes))
     return rec.finish(f"stripes of {a.stripe_rows} rows of '{k.output.name}'", a)
 
@@ -268,7 +329,7 @@ class FusedChain:
         p: ChainPlan = plan.details
         prog = p.program
         if not (prog.built_for is k or prog.built_for == k):
-            prog = chain_program(k, em.target, p.stripes, p.layout, p.member_target, p.bands)
+            prog = chain_program(k, em.target, p.stripes, p.layout, p.member_target, p.bands, p.alternate)
         emit_program(prog, em)
 
 

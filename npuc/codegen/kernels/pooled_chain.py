@@ -25,6 +25,7 @@ from typing import Any
 from npuc.codegen.kernel import register_kernel
 from npuc.codegen.kernels.fused_chain import (
     chain_program,
+    cheapest_placement,
     placed_members,
     stripe_bands,
     unsupported_member,
@@ -45,7 +46,6 @@ from npuc.schedule.cascade_cost import (
     chain_stripes,
     externals,
 )
-from npuc.schedule.vector_cost import program_cycles
 
 
 def _align(n: int) -> int:
@@ -105,6 +105,7 @@ class PooledPlan:
     bands: tuple[tuple[Plan | None, ...], ...]
     sums_addr: int
     program: TileProgram
+    alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
 
     def text(self, indent: str = "") -> str:
         return self.program.text(indent)
@@ -144,23 +145,25 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
     members = placed_members(row_k, target)
     bands, acc = stripe_bands(members, stripes, sub)
     sums = spad - pool_bytes(a.members[-1])
-    program = pooled_program(k, target, stripes, layout, sub, bands, sums)
+    cost, program, alternate = cheapest_placement(
+        lambda alternate: pooled_program(k, target, stripes, layout, sub, bands, sums, alternate), target)
     pool = a.members[-1]
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{pool.output.shape[1]} channels {pool.attrs.kind}-pooled per stripe, "
                f"'{pool.inputs[0].name}' never stored; constants "
-               f"{'resident' if a.resident_weights else 'reloaded per stripe'}")
-    return Plan(summary, spad, acc, program_cycles(program, target),
-                PooledPlan(stripes, layout, sub, bands, sums, program))
+               f"{'resident' if a.resident_weights else 'reloaded per stripe'}"
+               + (", every other band at the top of the members' part" if alternate else ""))
+    acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
+    return Plan(summary, spad, acc, cost.cycles, PooledPlan(stripes, layout, sub, bands, sums, program, alternate))
 
 
 def pooled_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
-                   bands: tuple[tuple[Plan | None, ...], ...], sums: int) -> TileProgram:
+                   bands: tuple[tuple[Plan | None, ...], ...], sums: int, alternate: bool = False) -> TileProgram:
     """The row chain's tile program with the pool's steps added: its records loaded before the
     loop, each stripe's pixels reduced into the sums after that stripe's members, the sums
     finished and stored after the last stripe."""
     a: ChainAttrs = k.attrs
-    chain = chain_program(_row_kernel(k), target, stripes, layout, sub, bands)
+    chain = chain_program(_row_kernel(k), target, stripes, layout, sub, bands, alternate)
     pool = _placed_pool(k)
     x = pool.inputs[0]
     c, w = x.shape[1], x.shape[3]
@@ -217,7 +220,7 @@ class PooledChain:
         p: PooledPlan = plan.details
         prog = p.program
         if not (prog.built_for is k or prog.built_for == k):
-            prog = pooled_program(k, em.target, p.stripes, p.layout, p.member_target, p.bands, p.sums_addr)
+            prog = pooled_program(k, em.target, p.stripes, p.layout, p.member_target, p.bands, p.sums_addr, p.alternate)
         emit_program(prog, em)
 
 
