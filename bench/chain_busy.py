@@ -49,6 +49,9 @@ def busy_by_kind(art, target) -> dict[tuple[str, str], tuple[int, int]]:
 def report(label: str, art, x: torch.Tensor) -> np.ndarray:
     p = art.profile(x)
     print(f"{label}: {p.total_cycles:,} cycles, off-chip {p.dram_bytes:,} B")
+    for c in art.compiled.codes:
+        for lk, plan in zip(c.segment.kernels, c.plans):
+            print(f"    plan {lk.name}: est {plan.est_cycles:,}: {plan.summary}")
     for lp in p.layers:
         print(f"    {lp.kind:<18} {lp.cycles:>10,} cycles  {lp.name}")
     kinds = busy_by_kind(art, p.target)

@@ -222,7 +222,7 @@ def fused_estimate(k: Kernel, target) -> Estimate | None:
         plan = plan_chain(k, target)
     except CompileError:
         return None
-    return program_estimate(plan.details.program.steps, target, plan.est_cycles)
+    return plan.details.cost
 
 
 def unfused_cost(k: Kernel, target) -> Estimate:

@@ -49,7 +49,7 @@ from npuc.lower.cascade import (
     shortlist,
     unfused_cost,
 )
-from npuc.schedule.cascade_cost import Estimate, estimate, externals, program_estimate
+from npuc.schedule.cascade_cost import Estimate, estimate, externals
 
 MAX_ROW_MEMBERS = 4  # members of R (the chain recomputed): expand conv, its activation, depthwise, its activation
 _NONE = Estimate(0, 0, 0, 0, float("inf"))
@@ -205,7 +205,7 @@ def best_pooled(target, members: tuple[Kernel, ...], offs) -> tuple[Estimate, Ke
                 plan = plan_pooled(relocate_kernel(k, offs), target)
             except CompileError:
                 continue
-            est = program_estimate(plan.details.program.steps, target, plan.est_cycles)
+            est = plan.details.cost
             if best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles):
                 best = (est, k)
             break

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from npuc.isa.enums import DType
 from npuc.kir.kernel import ChainAttrs, Kernel
 from npuc.kir.tensor import DramTensor
+from npuc.kir.tile_program import Step
 
 ALIGN = 64
 ROW_KINDS = frozenset({"conv2d", "depthwise_conv2d", "pool2d", "eltwise", "qbinary", "lut"})
@@ -411,6 +412,40 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
         dram += sum(consts.values())
     return Estimate(cycles, dram, copies, macs,
                     _energy(target, members[0].dtype.name, macs, dram, copies, cycles, sram))
+
+
+def constant_loads_streamed(steps, constants, target) -> tuple:
+    """``steps`` as code generation will run their loads of ``constants`` (tensors): on a target
+    with a weight decoder every block of a constant that a byte-wise load into the scratchpad
+    reads is laid out as one contiguous run of the constant's bytes
+    (``npuc.codegen.weight_compression``), so such a load reads its bytes from one run, not a
+    strided window that pays a burst per short row.  Each is priced here as reading them
+    contiguously from its first byte's address, its scratchpad side unchanged (the run's real
+    place is elsewhere in the same constant, in the same memory).  What prices recorded steps
+    (a chain's tile program, a kernel run alone) prices these, as the tiling search prices a
+    constant's loads (``npuc.schedule.search``)."""
+    from npuc.isa.instr import build_args, get_def
+
+    steps = tuple(steps)
+    if target.weight_decoder is None:
+        return steps
+    spans = sorted((t.addr, t.addr + t.span) for t in constants if t.numel)
+    if not spans:
+        return steps
+    d = get_def("DMA_LOAD")
+    out = []
+    for s in steps:
+        if s.op == "DMA_LOAD":
+            f = s.kwargs()
+            a = build_args(d, f)
+            if a.esize == 1 and getattr(a.local, "name", a.local) == "spad" and \
+                    (a.dram_s0, a.dram_s1, a.dram_s2) != (1, a.n0, a.n0 * a.n1):
+                end = a.dram_addr + (a.n2 - 1) * a.dram_s2 + (a.n1 - 1) * a.dram_s1 + (a.n0 - 1) * a.dram_s0 + 1
+                if any(lo <= a.dram_addr and end <= hi for lo, hi in spans):
+                    f.update(dram_s0=1, dram_s1=a.n0, dram_s2=a.n0 * a.n1)
+                    s = Step(s.op, tuple(f.items()), s.tile)
+        out.append(s)
+    return tuple(out)
 
 
 def program_estimate(steps, target, cycles: int | None = None) -> Estimate:

@@ -51,13 +51,14 @@ from npuc.schedule.cascade_cost import (
     chain_layout,
     chain_stripes,
     constant_inputs,
+    constant_loads_streamed,
     externals,
     program_estimate,
     row_bytes,
     sram_layout,
     staged_inputs,
 )
-from npuc.schedule.vector_cost import program_cycles
+from npuc.schedule.vector_cost import walk_cycles
 
 def with_scratchpad(target: Any, nbytes: int) -> Any:
     """``target`` with a scratchpad of ``nbytes`` (the part of it the members plan in)."""
@@ -104,6 +105,7 @@ class ChainPlan:
     bands: tuple[tuple[Plan | None, ...], ...]
     program: TileProgram
     alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
+    cost: Any = None  # the program's Estimate (``cheapest_placement``), what the cascade stage compares
 
     def text(self, indent: str = "") -> str:
         """The chain's loop nest, as ``--print-after codegen`` prints every tile program."""
@@ -121,7 +123,8 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
     members = placed_members(k, target)
     bands, acc = stripe_bands(members, stripes, sub)
     cost, program, alternate = cheapest_placement(
-        lambda alternate: chain_program(k, target, stripes, layout, sub, bands, alternate), target)
+        lambda alternate: chain_program(k, target, stripes, layout, sub, bands, alternate), target,
+        constant_inputs(members))
     double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
     where = (f"in SRAM ({a.sram_bytes:,} B)" if a.sram_bytes
              else f"in scratchpad ({sum(n for _, _, n in layout.buffers):,} B)")
@@ -132,21 +135,24 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                + (", every other band at the top of the members' part" if alternate else ""))
     acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
     return Plan(summary, target.scratchpad.size_bytes, acc, cost.cycles,
-                ChainPlan(stripes, layout, sub, bands, program, alternate))
+                ChainPlan(stripes, layout, sub, bands, program, alternate, cost))
 
 
 PLACEMENTS = (False, True)  # the members' bands all at the bottom of their part; every other one at the top
 
 
-def cheapest_placement(program_of, target: Any) -> tuple[Any, TileProgram, bool]:
+def cheapest_placement(program_of, target: Any, constants) -> tuple[Any, TileProgram, bool]:
     """(estimate, tile program, alternate) of the placement of the members' bands
     (``PLACEMENTS``, :func:`chain_program`) whose program costs least energy, then fewest cycles:
     the same instructions either way, so it is the one that overlaps the members better, unless
-    the top placement's few extra waits make it slower."""
+    the top placement's few extra waits make it slower.  Each program is priced with its loads of
+    the members' ``constants`` as code generation will lay them out
+    (:func:`~npuc.schedule.cascade_cost.constant_loads_streamed`)."""
     best = None
     for alternate in PLACEMENTS:
         program = program_of(alternate)
-        cost = program_estimate(program.steps, target, program_cycles(program, target))
+        steps = constant_loads_streamed(program.steps, constants, target)
+        cost = program_estimate(steps, target, walk_cycles(steps, target))
         if best is None or (cost.energy_pj, cost.cycles) < (best[0].energy_pj, best[0].cycles):
             best = (cost, program, alternate)
     return best
@@ -345,4 +351,4 @@ def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None, through_on_ch
     rec = _Recorder(target, k)
     em = on_chip_emitter(rec, target, k) if through_on_chip else rec
     impl.emit(k, plan or impl.plan(k, target), em)
-    return tuple(rec._steps)
+    return constant_loads_streamed(rec._steps, constant_inputs((k,)), target)

@@ -44,6 +44,7 @@ from npuc.schedule.cascade_cost import (
     Stripe,
     chain_layout,
     chain_stripes,
+    constant_inputs,
     externals,
 )
 
@@ -106,6 +107,7 @@ class PooledPlan:
     sums_addr: int
     program: TileProgram
     alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
+    cost: Any = None  # the program's Estimate (``cheapest_placement``)
 
     def text(self, indent: str = "") -> str:
         return self.program.text(indent)
@@ -146,7 +148,8 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
     bands, acc = stripe_bands(members, stripes, sub)
     sums = spad - pool_bytes(a.members[-1])
     cost, program, alternate = cheapest_placement(
-        lambda alternate: pooled_program(k, target, stripes, layout, sub, bands, sums, alternate), target)
+        lambda alternate: pooled_program(k, target, stripes, layout, sub, bands, sums, alternate), target,
+        constant_inputs(members))
     pool = a.members[-1]
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{pool.output.shape[1]} channels {pool.attrs.kind}-pooled per stripe, "
@@ -154,7 +157,7 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
                f"{'resident' if a.resident_weights else 'reloaded per stripe'}"
                + (", every other band at the top of the members' part" if alternate else ""))
     acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
-    return Plan(summary, spad, acc, cost.cycles, PooledPlan(stripes, layout, sub, bands, sums, program, alternate))
+    return Plan(summary, spad, acc, cost.cycles, PooledPlan(stripes, layout, sub, bands, sums, program, alternate, cost))
 
 
 def pooled_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
