@@ -121,7 +121,7 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                            f"the members less than a quarter of the {target.scratchpad.size_bytes}-byte scratchpad")
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
-    bands, acc = stripe_bands(members, stripes, sub)
+    bands, acc = stripe_bands(members, stripes, sub, k, target)
     cost, program, alternate = cheapest_placement(
         lambda alternate: chain_program(k, target, stripes, layout, sub, bands, alternate), target,
         constant_inputs(members))
@@ -182,9 +182,40 @@ def at_top(steps: list[Step], member_bytes: int, spad_shift: int, acc_shift: int
     return out
 
 
-def stripe_bands(members, stripes, sub: Any) -> tuple[tuple[tuple, ...], int]:
+def sram_bases(k: Kernel, stripes: tuple[Stripe, ...]) -> dict[str, int]:
+    """Where each intermediate's part of a chain's SRAM block starts (``ChainAttrs.sram_bytes``;
+    empty for a chain whose intermediates stay in the scratchpad): a stripe's rows of it are
+    held from there."""
+    a: ChainAttrs = k.attrs
+    if not a.sram_bytes:
+        return {}
+    return {name: k.inputs[-1].addr + off for name, off, _ in sram_layout(a.members, a.intermediates, stripes)}
+
+
+def in_block(band: Kernel, s: Stripe, virtual: dict[str, int], bases: dict[str, int], producers) -> Kernel:
+    """A band with its views of the intermediates kept in the SRAM block at the block's addresses
+    (as ``LocalEmitter.moves`` re-addresses its transfers), so that its plan prices them at the
+    SRAM's bandwidth, not at that of the memory behind the virtual addresses."""
+    def moved(t):
+        if t is None or t.name not in bases:
+            return t
+        lo, _ = s.rows_of(t.name)
+        start = virtual[t.name] + lo * row_bytes(producers[t.name].output)
+        return replace(t, addr=bases[t.name] + t.addr - start)
+
+    return replace(band, inputs=tuple(moved(t) for t in band.inputs), output=moved(band.output),
+                   epilogue=tuple(replace(e, operand=moved(e.operand)) if e.operand is not None else e
+                                  for e in band.epilogue))
+
+
+def stripe_bands(members, stripes, sub: Any, k: Kernel | None = None, target: Any = None) -> tuple[tuple[tuple, ...], int]:
     """Every member's band plan in every stripe (None where a stripe gives it no rows) on the
-    members' share of the scratchpad ``sub``, and the most accumulator bytes any of them takes."""
+    members' share of the scratchpad ``sub``, and the most accumulator bytes any of them takes.
+    Given the chain ``k`` (and its ``target``), a chain that keeps its intermediates in an SRAM
+    block plans its bands with them there (:func:`in_block`)."""
+    bases = sram_bases(k, stripes) if k is not None else {}
+    virtual = virtual_bases(k, target) if bases else {}
+    producers = {m.output.name: m for m in members}
     bands = []
     acc = 0
     for s in stripes:
@@ -193,7 +224,8 @@ def stripe_bands(members, stripes, sub: Any) -> tuple[tuple[tuple, ...], int]:
             if o1 <= o0:
                 row.append(None)
                 continue
-            plan = band_plan(band_kernel(m, o0, o1), sub)
+            band = band_kernel(m, o0, o1)
+            plan = band_plan(in_block(band, s, virtual, bases, producers) if bases else band, sub)
             row.append(plan)
             acc = max(acc, plan.acc_bytes)
         bands.append(tuple(row))
@@ -205,8 +237,10 @@ _BAND_PLANS: Memo[tuple, Plan] = Memo(4096, "fused band plans")
 
 def _band_key(band: Kernel, target: Any) -> tuple:
     """What a band's plan depends on: everything of the band but its tensors' addresses (a plan
-    is emitted at other addresses as it is for the other stripes of a chain), and the target."""
-    tensors = tuple((t.name, t.shape, t.strides, t.dtype) for t in band.tensors())
+    is emitted at other addresses as it is for the other stripes of a chain), the memory each of
+    them lies in, and the target."""
+    tensors = tuple((t.name, t.shape, t.strides, t.dtype, getattr(target.window_at(t.addr), "index", -1))
+                    for t in band.tensors())
     epilogue = tuple((e.op, e.scalar, e.operand_first, e.params) for e in band.epilogue)
     return band.kind, band.dtype, band.attrs, band.quant, tensors, epilogue, target
 
@@ -263,7 +297,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
     virtual = virtual_bases(k, target)
     on_chip = on_chip_emitter(rec, sub, k)
     local = LocalEmitter(on_chip, sub, strict=(min(virtual.values()), RESIDENT_BASE))
-    in_sram = {name: k.inputs[-1].addr + off for name, off, _ in sram_layout(a.members, a.intermediates, stripes)} if a.sram_bytes else {}
+    in_sram = sram_bases(k, stripes)
     if a.resident_weights:
         bases = {t.name: t.addr - o.addr for t, o in zip(constant_inputs(members), constant_inputs(a.members))}
         for name, spad, nbytes in layout.resident:
