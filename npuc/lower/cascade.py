@@ -216,13 +216,13 @@ def fused_kernel(attrs: ChainAttrs) -> Kernel:
 
 def fused_estimate(k: Kernel, target) -> Estimate | None:
     """The estimate of a fused chain read off its tile program (None when it cannot be planned)."""
-    from npuc.codegen.kernels.fused_chain import plan_chain
+    from npuc.codegen.kernels.fused_chain import chain_estimate, plan_chain
 
     try:
         plan = plan_chain(k, target)
     except CompileError:
         return None
-    return plan.details.cost
+    return chain_estimate(k, plan, target)
 
 
 def unfused_cost(k: Kernel, target) -> Estimate:

@@ -193,7 +193,7 @@ def pooled_kernel(a: ChainAttrs) -> Kernel:
 def best_pooled(target, members: tuple[Kernel, ...], offs) -> tuple[Estimate, Kernel] | None:
     """The first pass at its configuration of least energy (priced as :func:`best_chain` prices
     a chain: per way of holding the constants, the screen's best and then the tallest stripes)."""
-    from npuc.codegen.kernels.pooled_chain import plan_pooled
+    from npuc.codegen.kernels.pooled_chain import plan_pooled, pooled_estimate
     from npuc.errors import CompileError
 
     confs = pooled_configurations(target, members)
@@ -205,7 +205,7 @@ def best_pooled(target, members: tuple[Kernel, ...], offs) -> tuple[Estimate, Ke
                 plan = plan_pooled(relocate_kernel(k, offs), target)
             except CompileError:
                 continue
-            est = plan.details.cost
+            est = pooled_estimate(relocate_kernel(k, offs), plan, target)
             if best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles):
                 best = (est, k)
             break

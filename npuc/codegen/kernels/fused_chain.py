@@ -51,6 +51,7 @@ from npuc.schedule.cascade_cost import (
     chain_layout,
     chain_stripes,
     constant_inputs,
+    Estimate,
     constant_loads_streamed,
     externals,
     program_estimate,
@@ -105,7 +106,6 @@ class ChainPlan:
     bands: tuple[tuple[Plan | None, ...], ...]
     program: TileProgram
     alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
-    cost: Any = None  # the program's Estimate (``cheapest_placement``), what the cascade stage compares
 
     def text(self, indent: str = "") -> str:
         """The chain's loop nest, as ``--print-after codegen`` prints every tile program."""
@@ -122,7 +122,7 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
     sub = with_scratchpad(target, layout.member_bytes)
     members = placed_members(k, target)
     bands, acc = stripe_bands(members, stripes, sub, k, target)
-    cost, program, alternate = cheapest_placement(
+    cycles, program, alternate = cheapest_placement(
         lambda alternate: chain_program(k, target, stripes, layout, sub, bands, alternate), target,
         constant_inputs(members))
     double = sum(1 for n, _, _ in layout.buffers if n.endswith(SECOND))
@@ -134,28 +134,39 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
                f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}"
                + (", every other band at the top of the members' part" if alternate else ""))
     acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
-    return Plan(summary, target.scratchpad.size_bytes, acc, cost.cycles,
-                ChainPlan(stripes, layout, sub, bands, program, alternate, cost))
+    return Plan(summary, target.scratchpad.size_bytes, acc, cycles,
+                ChainPlan(stripes, layout, sub, bands, program, alternate))
 
 
 PLACEMENTS = (False, True)  # the members' bands all at the bottom of their part; every other one at the top
 
 
-def cheapest_placement(program_of, target: Any, constants) -> tuple[Any, TileProgram, bool]:
-    """(estimate, tile program, alternate) of the placement of the members' bands
-    (``PLACEMENTS``, :func:`chain_program`) whose program costs least energy, then fewest cycles:
-    the same instructions either way, so it is the one that overlaps the members better, unless
-    the top placement's few extra waits make it slower.  Each program is priced with its loads of
-    the members' ``constants`` as code generation will lay them out
+def cheapest_placement(program_of, target: Any, constants) -> tuple[int, TileProgram, bool]:
+    """(cycles, tile program, alternate) of the placement of the members' bands (``PLACEMENTS``,
+    :func:`chain_program`) whose program takes fewest cycles: the same instructions either way,
+    so the same energy but for the static energy of those cycles.  Each program is walked with
+    its loads of the members' ``constants`` as code generation will lay them out
     (:func:`~npuc.schedule.cascade_cost.constant_loads_streamed`)."""
     best = None
     for alternate in PLACEMENTS:
         program = program_of(alternate)
-        steps = constant_loads_streamed(program.steps, constants, target)
-        cost = program_estimate(steps, target, walk_cycles(steps, target))
-        if best is None or (cost.energy_pj, cost.cycles) < (best[0].energy_pj, best[0].cycles):
-            best = (cost, program, alternate)
+        cycles = walk_cycles(constant_loads_streamed(program.steps, constants, target), target)
+        if best is None or cycles < best[0]:
+            best = (cycles, program, alternate)
     return best
+
+
+def priced_estimate(plan: Plan, constants, target: Any) -> Estimate:
+    """The estimate of a chain's plan (cycles, off-chip bytes, energy) from its program, with its
+    loads of ``constants`` as code generation will lay them out: what the cascade stage compares
+    (at its pricing addresses, every transfer inside the system address map)."""
+    steps = constant_loads_streamed(plan.details.program.steps, constants, target)
+    return program_estimate(steps, target, plan.est_cycles)
+
+
+def chain_estimate(k: Kernel, plan: Plan, target: Any) -> Estimate:
+    """:func:`priced_estimate` of a ``fused_chain`` kernel's plan."""
+    return priced_estimate(plan, constant_inputs(placed_members(k, target)), target)
 
 
 def at_top(steps: list[Step], member_bytes: int, spad_shift: int, acc_shift: int) -> list[Step]:

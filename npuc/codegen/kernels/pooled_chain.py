@@ -27,6 +27,7 @@ from npuc.codegen.kernels.fused_chain import (
     chain_program,
     cheapest_placement,
     placed_members,
+    priced_estimate,
     stripe_bands,
     unsupported_member,
     with_scratchpad,
@@ -107,7 +108,6 @@ class PooledPlan:
     sums_addr: int
     program: TileProgram
     alternate: bool = False  # every other band at the top of the members' part (``chain_program``)
-    cost: Any = None  # the program's Estimate (``cheapest_placement``)
 
     def text(self, indent: str = "") -> str:
         return self.program.text(indent)
@@ -147,7 +147,7 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
     members = placed_members(row_k, target)
     bands, acc = stripe_bands(members, stripes, sub)
     sums = spad - pool_bytes(a.members[-1])
-    cost, program, alternate = cheapest_placement(
+    cycles, program, alternate = cheapest_placement(
         lambda alternate: pooled_program(k, target, stripes, layout, sub, bands, sums, alternate), target,
         constant_inputs(members))
     pool = a.members[-1]
@@ -157,7 +157,13 @@ def plan_pooled(k: Kernel, target: Any) -> Plan:
                f"{'resident' if a.resident_weights else 'reloaded per stripe'}"
                + (", every other band at the top of the members' part" if alternate else ""))
     acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
-    return Plan(summary, spad, acc, cost.cycles, PooledPlan(stripes, layout, sub, bands, sums, program, alternate, cost))
+    return Plan(summary, spad, acc, cycles, PooledPlan(stripes, layout, sub, bands, sums, program, alternate))
+
+
+def pooled_estimate(k: Kernel, plan: Plan, target: Any):
+    """What the cascade stage compares of a pooled chain's plan
+    (:func:`~npuc.codegen.kernels.fused_chain.priced_estimate`)."""
+    return priced_estimate(plan, constant_inputs(placed_members(_row_kernel(k), target)), target)
 
 
 def pooled_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: ChainLayout, sub: Any,
