@@ -4,8 +4,9 @@ An inverted-residual block (1x1 expansion, 3x3 depthwise, 1x1 projection, each w
 norm; ReLU6 after the first two), built in PyTorch at the shape given, compiled for one target
 with its layers one by one and fused (``fuse_layers=True``: the cascade stage's chain of least
 energy), both simulated.  For each it prints the cycles, the off-chip bytes, every kernel's
-plan with the cost model's estimate, every kernel's cycles, and for every queue and instruction kind the cycles its instructions occupied their unit
-(``busy``, from each executed instruction's own timing, docs/isa.md): the sum over a queue
+plan with the cost model's estimate, every kernel's cycles, and for every queue and instruction
+kind the cycles its instructions occupied their unit (``busy``, from each executed instruction's
+own timing, docs/isa.md): the sum over a queue
 against the run's cycles says how well the array, the vector unit and the DMA overlap.  The
 two runs' outputs are compared (int8: bit for bit, as a chain computes what its members do).
 
