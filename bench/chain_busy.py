@@ -6,9 +6,9 @@ with its layers one by one and fused (``fuse_layers=True``: the cascade stage's 
 energy), both simulated.  For each it prints the cycles, the off-chip bytes, every kernel's
 plan with the cost model's estimate, every kernel's cycles, and for every queue and instruction
 kind the cycles its instructions occupied their unit (``busy``, from each executed instruction's
-own timing, docs/isa.md): the sum over a queue
-against the run's cycles says how well the array, the vector unit and the DMA overlap.  The
-two runs' outputs are compared (int8: bit for bit, as a chain computes what its members do).
+own timing, docs/isa.md): the sum over a queue against the run's cycles says how well the
+array, the vector unit and the DMA overlap.  The two runs' outputs are compared (int8: bit for
+bit, as a chain computes what its members do).
 
     .venv/bin/python bench/chain_busy.py                        # 56x56: 24 -> 144 -> /2 -> 32, int8, u65-like-256
     .venv/bin/python bench/chain_busy.py --target npu-mid --precision fp16 --block 28,32,192,32,1

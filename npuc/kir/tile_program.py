@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from npuc.isa.widths import DRAM_ADDR_BITS, LOCAL_ADDR_BITS
+from npuc.memo import Memo
 
 
 
@@ -184,7 +185,7 @@ class _Namer:
         return f"{s.op} " + " ".join(parts)
 
 
-_MEMORIES: dict[tuple, tuple[tuple[str, Any], ...]] = {}
+_MEMORIES: Memo[tuple, tuple[tuple[str, Any], ...]] = Memo(1 << 14, "address field memories")
 
 
 def address_memories(s: Step) -> dict[str, Any]:
@@ -209,9 +210,7 @@ def address_memories(s: Step) -> dict[str, Any]:
             mems = {r.mem for r, t in zip(before, after) if r is not None and t is not None and r.addr != t.addr}
             if len(mems) == 1:
                 out.append((name, mems.pop()))
-        if len(_MEMORIES) > 1 << 14:
-            _MEMORIES.clear()
-        hit = _MEMORIES[key] = tuple(out)
+        hit = _MEMORIES.put(key, tuple(out))
     return dict(hit)
 
 

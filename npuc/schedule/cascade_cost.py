@@ -414,23 +414,26 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
                     _energy(target, members[0].dtype.name, macs, dram, copies, cycles, sram))
 
 
+DRAM_STRIDES = ("dram_s0", "dram_s1", "dram_s2")  # a load's DRAM strides; their defaults read one contiguous run
+
+
 def constant_loads_streamed(steps, constants, target) -> tuple:
     """``steps`` as code generation will run their loads of ``constants`` (tensors): on a target
     with a weight decoder every block of a constant that a byte-wise load into the scratchpad
     reads is laid out as one contiguous run of the constant's bytes
     (``npuc.codegen.weight_compression``), so such a load reads its bytes from one run, not a
     strided window that pays a burst per short row.  Each is priced here as reading them
-    contiguously from its first byte's address, its scratchpad side unchanged (the run's real
+    contiguously from its first byte's address (its DRAM strides left to their defaults, which
+    ``DMA_LOAD`` derives for a contiguous run), its scratchpad side unchanged (the run's real
     place is elsewhere in the same constant, in the same memory).  What prices recorded steps
     (a chain's tile program, a kernel run alone) prices these, as the tiling search prices a
     constant's loads (``npuc.schedule.search``)."""
+    from npuc.isa.enums import Mem, Space
     from npuc.isa.instr import build_args, get_def
 
     steps = tuple(steps)
-    if target.weight_decoder is None:
-        return steps
-    spans = sorted((t.addr, t.addr + t.span) for t in constants if t.numel)
-    if not spans:
+    spans = [(t.addr, t.addr + t.span) for t in constants if t.numel]
+    if target.weight_decoder is None or not spans:
         return steps
     d = get_def("DMA_LOAD")
     out = []
@@ -438,12 +441,11 @@ def constant_loads_streamed(steps, constants, target) -> tuple:
         if s.op == "DMA_LOAD":
             f = s.kwargs()
             a = build_args(d, f)
-            if a.esize == 1 and getattr(a.local, "name", a.local) == "spad" and \
-                    (a.dram_s0, a.dram_s1, a.dram_s2) != (1, a.n0, a.n0 * a.n1):
-                end = a.dram_addr + (a.n2 - 1) * a.dram_s2 + (a.n1 - 1) * a.dram_s1 + (a.n0 - 1) * a.dram_s0 + 1
-                if any(lo <= a.dram_addr and end <= hi for lo, hi in spans):
-                    f.update(dram_s0=1, dram_s1=a.n0, dram_s2=a.n0 * a.n1)
-                    s = Step(s.op, tuple(f.items()), s.tile)
+            run = {k: v for k, v in f.items() if k not in DRAM_STRIDES}
+            if a.esize == 1 and a.local is Space.spad and build_args(d, run) != a:
+                r = next(r for r in d.regions(a) if r.mem is Mem.dram)
+                if any(lo <= r.addr and r.end <= hi for lo, hi in spans):
+                    s = Step(s.op, tuple(run.items()), s.tile)
         out.append(s)
     return tuple(out)
 

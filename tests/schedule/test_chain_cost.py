@@ -228,22 +228,28 @@ def test_strided_weight_loads_are_priced_as_code_generation_lays_the_weights_out
             priced = walk_cycles(kernel_steps(lk.kernel, target, plan), target)
             assert abs(priced - layers[lk.name]) <= 0.10 * layers[lk.name], lk.name
             raw = _recorded(lk.kernel, target, plan)
-            assert constant_loads_streamed(raw, (), target) == raw
             raw_over.append(walk_cycles(raw, target) / layers[lk.name])
     assert max(raw_over) > 2
     fused = compile_graph(g, target, quantize="int8", fuse_layers=True)
     assert fused.profile(x).total_cycles <= art.profile(x).total_cycles
-    mid = load_target("npu-mid")  # no weight decoder: loads priced as they are
-    step = Step("DMA_LOAD", (("local", "spad"), ("esize", 1), ("dram_addr", 0), ("local_addr", 0), ("n0", 32),
+    from npuc.isa.enums import DType
+    from npuc.isa.instr import build_args, get_def
+    from npuc.kir.tensor import DramTensor
+
+    base = target.window_of("dram").base  # a weight block in u65's DRAM (128-byte bursts)
+    step = Step("DMA_LOAD", (("local", "spad"), ("esize", 1), ("dram_addr", base), ("local_addr", 0), ("n0", 32),
                              ("n1", 16), ("n2", 1), ("dram_s0", 1), ("dram_s1", 960), ("dram_s2", 0),
                              ("local_s1", 32), ("local_s2", 0)), 0)
-    from npuc.kir.tensor import DramTensor
-    from npuc.isa.enums import DType
-
-    w = DramTensor("w", (160, 960), DType.int8)
+    w = DramTensor("w", (160, 960), DType.int8, base)
+    mid = load_target("npu-mid")  # no weight decoder: loads priced as they are
     assert constant_loads_streamed((step,), (w,), mid) == (step,)
+    assert constant_loads_streamed((step,), (), target) == (step,)  # not a constant's load
     (moved,) = constant_loads_streamed((step,), (w,), target)
-    assert dict(moved.fields)["dram_s1"] == 32 and dict(moved.fields)["local_s1"] == 32
+    d = get_def("DMA_LOAD")
+    a, b = build_args(d, step.kwargs()), build_args(d, moved.kwargs())
+    assert (b.dram_addr, b.dram_s0, b.dram_s1, b.dram_s2) == (base, 1, 32, 512)  # one run of its 512 bytes
+    assert (b.local_addr, b.local_s1, b.n0, b.n1) == (a.local_addr, a.local_s1, a.n0, a.n1)
+    assert walk_cycles((moved,), target) < walk_cycles((step,), target)
 
 
 def _recorded(k, target, plan):

@@ -391,7 +391,9 @@ def kernel_steps(k: Kernel, target: Any, plan: Plan | None = None, through_on_ch
     """The steps one kernel emits on its own (planned on ``target`` unless ``plan`` is given),
     recorded rather than emitted: what the cascade stage prices a member run unfused by; with
     ``through_on_chip`` through the emitter that turns the DMAs of tensors kept on chip (at
-    ``RESIDENT_BASE``) into scratchpad copies, as the code generator does."""
+    ``RESIDENT_BASE``) into scratchpad copies, as the code generator does.  Its loads of its own
+    constants read them as code generation will lay them out
+    (:func:`~npuc.schedule.cascade_cost.constant_loads_streamed`): these steps are for pricing."""
     impl = get_kernel(k.kind)
     rec = _Recorder(target, k)
     em = on_chip_emitter(rec, target, k) if through_on_chip else rec
