@@ -255,6 +255,13 @@ class ChainAttrs:
     plan in the whole scratchpad (a small scratchpad beside a large SRAM, as Ethos-U's, holds
     few rows of a wide tensor).
 
+    ``staged``: the chain's activation inputs that every member views the same way
+    (``npuc.schedule.cascade_cost.staged_inputs``) are loaded a stripe at a time into scratchpad
+    buffers that every member reads by copies (a member's re-reads and the reads of several
+    members cost scratchpad copies, not transfers).  When False the members read them where they
+    lie: each read is a transfer again, which costs little when the input is in an on-chip SRAM,
+    and the scratchpad the buffers would take goes to the members' bands.
+
     ``pooled_chain`` kernels (``npuc.lower.cascade_se``) hold the same record: their last member
     is a global pool of the row members' last output, which is an intermediate too (it is pooled
     stripe by stripe, never stored); stripes cut the pooled tensor's rows.
@@ -265,6 +272,7 @@ class ChainAttrs:
     intermediates: tuple[str, ...]
     members: tuple[Kernel, ...] = ()
     sram_bytes: int = 0
+    staged: bool = True
 
 
 def _conv_attrs() -> type:

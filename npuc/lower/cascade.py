@@ -47,6 +47,7 @@ from npuc.schedule.cascade_cost import (
     program_estimate,
     spatial_inputs,
     sram_block_bytes,
+    staged_inputs,
     stripes_memory,
     stripes_tensor,
     unfused_estimate,
@@ -170,33 +171,49 @@ def row_choices(rows: int) -> tuple[int, ...]:
 
 def roofline_configurations(target, ks: tuple[Kernel, ...], inter: tuple[str, ...]) -> list[tuple[Estimate, ChainAttrs]]:
     """Every feasible (stripe rows, constants resident or not, intermediates in scratchpad or in
-    the on-chip SRAM) of a chain with its roofline estimate, least energy first: the screen the
-    dynamic program runs on.  The intermediates go to the SRAM only on a target whose fastest
+    the on-chip SRAM, inputs staged or read where they lie) of a chain with its roofline
+    estimate, least energy first: the screen the dynamic program runs on.  Inputs read where
+    they lie are screened only on a target with an on-chip SRAM for activations
+    (:func:`read_in_place`).  The intermediates go to the SRAM only on a target whose fastest
     memory for activations is one (``stripes_memory``), in a block of at most
     1/``SRAM_SHARE`` of it."""
     out = []
     sram = stripes_memory(target)
+    on_chip = any(m.kind == "sram" for m in target.memories_holding("activations"))
+    stagings = (True, False) if on_chip and staged_inputs(ks, inter) else (True,)  # see read_in_place
     for rows in row_choices(ks[-1].output.shape[2]):
-        stripes = chain_stripes(ks, inter, rows)
-        block = sram_block_bytes(ks, inter, stripes) if sram is not None else 0
-        places = (0, block) if 0 < block <= sram.size_bytes // SRAM_SHARE else (0,)
-        for resident in (True, False):
-            for sram_bytes in places:
-                attrs = ChainAttrs(rows, resident, inter, ks, sram_bytes)
-                if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
-                    continue
-                out.append((estimate(target, attrs, stripes), attrs))
-    out.sort(key=lambda ea: (ea[0].energy_pj, ea[0].cycles, -ea[1].stripe_rows, not ea[1].resident_weights))
+        for staged in stagings:
+            stripes = chain_stripes(ks, inter, rows, staged)
+            block = sram_block_bytes(ks, inter, stripes) if sram is not None else 0
+            places = (0, block) if 0 < block <= sram.size_bytes // SRAM_SHARE else (0,)
+            for resident in (True, False):
+                for sram_bytes in places:
+                    attrs = ChainAttrs(rows, resident, inter, ks, sram_bytes, staged)
+                    if chain_layout(attrs, target.scratchpad.size_bytes, stripes) is None:
+                        continue
+                    out.append((estimate(target, attrs, stripes), attrs))
+    out.sort(key=lambda ea: (ea[0].energy_pj, ea[0].cycles, -ea[1].stripe_rows, not ea[1].resident_weights,
+                             not ea[1].staged))
     return out
 
 
-def shortlist(roofline: list[tuple[Estimate, ChainAttrs]], resident: bool) -> list[ChainAttrs]:
-    """The configurations holding the constants as ``resident`` says, tallest stripes first
-    (taller stripes recompute fewer halo rows and reload weights less often; shorter ones leave
-    the members more scratchpad), the roofline's best of them first of all."""
-    fits = sorted((a for _, a in roofline if a.resident_weights == resident), key=lambda a: -a.stripe_rows)
-    first = [a for _, a in roofline if a.resident_weights == resident][:1]
-    return first + [a for a in fits if a not in first]
+def shortlist(roofline: list[tuple[Estimate, ChainAttrs]], resident: bool, staged: bool = True) -> list[ChainAttrs]:
+    """The configurations holding the constants as ``resident`` says and staging their inputs as
+    ``staged`` says, tallest stripes first (taller stripes recompute fewer halo rows and reload
+    weights less often; shorter ones leave the members more scratchpad), the roofline's best of
+    them first of all."""
+    mine = [a for _, a in roofline if a.resident_weights == resident and a.staged == staged]
+    fits = sorted(mine, key=lambda a: -a.stripe_rows)
+    return mine[:1] + [a for a in fits if a not in mine[:1]]
+
+
+def read_in_place(target, ks: tuple[Kernel, ...], inter: tuple[str, ...], offs: dict[str, int]) -> bool:
+    """Whether the chain ``ks`` is also priced reading its stageable inputs where they lie
+    (``ChainAttrs.staged`` False): when each of them lies, at the pricing addresses ``offs``, in an
+    on-chip SRAM, whose bandwidth a member's re-reads can afford and whose bytes are not off-chip
+    bytes.  Off chip, every re-read would be an off-chip transfer the staged copy saves."""
+    ts = staged_inputs(ks, inter)
+    return bool(ts) and all(target.window_at(offs[t.name] + t.addr).memory.kind == "sram" for t in ts)
 
 
 def chain_name(ks: tuple[Kernel, ...]) -> str:
@@ -293,13 +310,16 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
                cycles_not_worse: bool, offs: dict[str, int]) -> tuple[Estimate, Kernel] | None:
     """The configuration of least estimated energy that beats ``alone`` (the members one by one)
     in energy, and when ``cycles_not_worse`` without costing more cycles; None when none does.
-    Per way of holding the constants, configurations are priced in :func:`shortlist` order until
-    ``HEIGHTS`` of them could be planned (or ``TRIES`` were tried).  Each is priced with its
-    tensors at ``offs`` (:func:`pricing_offsets`)."""
+    Per way of holding the constants, and of reading the inputs where :func:`read_in_place`
+    says so, configurations are priced in :func:`shortlist` order until ``HEIGHTS`` of them could
+    be planned (or ``TRIES`` were tried).  Each is priced with its tensors at ``offs``
+    (:func:`pricing_offsets`)."""
     best = None
-    for resident in (True, False):
+    ks, inter = roofline[0][1].members, roofline[0][1].intermediates
+    stagings = (True, False) if read_in_place(target, ks, inter, offs) else (True,)
+    for resident, staged in ((r, s) for r in (True, False) for s in stagings):
         planned = 0
-        for attrs in shortlist(roofline, resident)[:TRIES]:
+        for attrs in shortlist(roofline, resident, staged)[:TRIES]:
             est = fused_estimate(priced_at(fused_kernel(attrs), offs), target)
             if est is None:
                 continue

@@ -80,11 +80,13 @@ def stripe_count(attrs: ChainAttrs) -> int:
     return -(-attrs.members[-1].output.shape[2] // attrs.stripe_rows)
 
 
-def chain_stripes(members: tuple[Kernel, ...], intermediates: tuple[str, ...], stripe_rows: int) -> tuple[Stripe, ...]:
+def chain_stripes(members: tuple[Kernel, ...], intermediates: tuple[str, ...], stripe_rows: int,
+                  staged: bool = True) -> tuple[Stripe, ...]:
     """The stripes of a chain whose last member's output is cut into bands of ``stripe_rows``;
-    each holds the rows of the intermediates and of the staged inputs (:func:`staged_inputs`)."""
+    each holds the rows of the intermediates and, when the chain stages its inputs
+    (``ChainAttrs.staged``), of the staged inputs (:func:`staged_inputs`)."""
     last = members[-1].output.shape[2]
-    held = set(intermediates) | {t.name for t in staged_inputs(members, intermediates)}
+    held = set(intermediates) | {t.name for t in (staged_inputs(members, intermediates) if staged else ())}
     out = []
     for r0 in range(0, last, stripe_rows):
         out.append(_stripe(members, held, r0, min(last, r0 + stripe_rows)))
@@ -115,6 +117,17 @@ def staged_inputs(members: tuple[Kernel, ...], intermediates: tuple[str, ...]) -
             if t.name not in inter:
                 views.setdefault(t.name, set()).add(t)
     return tuple(next(iter(v)) for name, v in sorted(views.items()) if len(v) == 1 and _rows_contiguous(next(iter(v))))
+
+
+def stripes_of(attrs: ChainAttrs) -> tuple[Stripe, ...]:
+    """:func:`chain_stripes` of the chain ``attrs``."""
+    return chain_stripes(attrs.members, attrs.intermediates, attrs.stripe_rows, attrs.staged)
+
+
+def staged_of(attrs: ChainAttrs) -> tuple[DramTensor, ...]:
+    """The inputs the chain ``attrs`` stages: :func:`staged_inputs`, or none when its members
+    read their inputs where they lie (``ChainAttrs.staged`` False)."""
+    return staged_inputs(attrs.members, attrs.intermediates) if attrs.staged else ()
 
 
 def _stripe(members: tuple[Kernel, ...], inter: set[str], r0: int, r1: int) -> Stripe:
@@ -259,7 +272,7 @@ def sram_block_bytes(members: tuple[Kernel, ...], intermediates: tuple[str, ...]
 
 def held_names(attrs: ChainAttrs) -> tuple[str, ...]:
     """The tensors a stripe holds rows of: the intermediates, then the staged inputs."""
-    return tuple(attrs.intermediates) + tuple(t.name for t in staged_inputs(attrs.members, attrs.intermediates))
+    return tuple(attrs.intermediates) + tuple(t.name for t in staged_of(attrs))
 
 
 SECOND = "#1"  # suffix of a staged input's second buffer (odd stripes load into it)
@@ -271,8 +284,8 @@ def chain_layout(attrs: ChainAttrs, spad_bytes: int, stripes: tuple[Stripe, ...]
     while this stripe's are read) when both halves fit, else single-buffered.  The intermediates
     of a chain that keeps them in SRAM (``sram_bytes``) take no scratchpad."""
     members = attrs.members
-    held = {k.output.name: k.output for k in members} | {t.name: t for t in staged_inputs(members, attrs.intermediates)}
-    staged = {t.name for t in staged_inputs(members, attrs.intermediates)}
+    held = {k.output.name: k.output for k in members} | {t.name: t for t in staged_of(attrs)}
+    staged = {t.name for t in staged_of(attrs)}
     sizes = []
     in_sram = set(attrs.intermediates) if attrs.sram_bytes else set()
     for name in (n for n in held_names(attrs) if n not in in_sram):
@@ -380,7 +393,7 @@ def estimate(target, attrs: ChainAttrs, stripes: tuple[Stripe, ...]) -> Estimate
     twice), intermediates copied in scratchpad (moved to and from the SRAM when the chain keeps
     them there), constants loaded once when resident (then copied per stripe) or per stripe."""
     members, inter = attrs.members, set(attrs.intermediates)
-    staged = {t.name: row_bytes(t) for t in staged_inputs(members, attrs.intermediates)}
+    staged = {t.name: row_bytes(t) for t in staged_of(attrs)}
     consts = {t.name: buffer_bytes(t) for t in constant_inputs(members)}
     cycles = dram = copies = macs = sram = 0
     for s in stripes:

@@ -237,9 +237,12 @@ def test_every_other_band_at_the_top_runs_a_member_under_the_one_before(monkeypa
     every other band at the top (``PLACEMENTS``) lets the next band's loads and first tiles run
     under the last work of the one before: the plan takes it, the result is the integer
     reference's bit for bit, and the same chain with every band at the bottom is slower in the
-    simulator while moving the same bytes."""
+    simulator while moving the same bytes.  The chain stages its input (``read_in_place`` off),
+    so that the members' part is as small as where the placement was measured."""
     from npuc.codegen.kernels import fused_chain
+    from npuc.lower import cascade
 
+    monkeypatch.setattr(cascade, "read_in_place", lambda *args: False)
     torch.manual_seed(4)
     m = InvertedResidual(16, 96, 24, 2).eval()
     shape = (1, 16, 72, 60)
@@ -270,6 +273,48 @@ def test_every_other_band_at_the_top_runs_a_member_under_the_one_before(monkeypa
     p_top, p_bottom = top.profile(x), bottom.profile(x)
     assert p_top.dram_bytes == p_bottom.dram_bytes
     assert p_top.total_cycles < 0.97 * p_bottom.total_cycles  # 206,958 against 217,160 when written
+
+
+def test_a_chain_reads_an_input_in_sram_where_it_lies_when_that_is_faster(monkeypatch):
+    """On u65-like-256 the block's input fits the 384 KiB SRAM.  Staged, a stripe of it takes
+    scratchpad the members' bands would use; read where it lies, each member's read of it is a
+    transfer from the SRAM again.  The cascade prices both (``read_in_place``) and keeps the
+    faster: the chain reads its input in place, its plan says so, its output is the integer
+    reference's bit for bit, it moves no more off-chip bytes, and it runs faster in the
+    simulator than the same block made to stage its input.  Its kernel text round-trips with the
+    choice in it."""
+    from npuc.lower import cascade
+    from npuc.schedule.cascade_cost import staged_inputs
+
+    torch.manual_seed(4)
+    m = InvertedResidual(16, 96, 24, 2).eval()
+    shape = (1, 16, 72, 60)
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name="in-place"))
+    (want,) = interpret(g, x)
+    target = load_target("u65-like-256")
+    in_place = compile_graph(g, target, quantize="int8", fuse_layers="not-slower")
+    (lk,) = chains(in_place)
+    a = lk.kernel.attrs
+    assert staged_inputs(a.members, a.intermediates) and not a.staged
+    (plan,) = [p for c in in_place.compiled.codes for p in c.plans if p.summary.startswith(f"{len(a.members)} layers")]
+    assert "inputs read where they lie" in plan.summary
+    placed = {p.buffer.name: p.memory for p in in_place.compiled.plan.placed}
+    assert placed[lk.kernel.inputs[0].name] == "sram"
+    (got,) = in_place.run(x)
+    assert torch.equal(got, want)
+    assert parse_kernel(print_kernel(lk.kernel)) == lk.kernel
+
+    monkeypatch.setattr(cascade, "read_in_place", lambda *args: False)
+    staged = compile_graph(g, target, quantize="int8", fuse_layers="not-slower")
+    (lk_staged,) = chains(staged)
+    assert lk_staged.kernel.attrs.staged
+    (got,) = staged.run(x)
+    assert torch.equal(got, want)
+    p_in, p_staged = in_place.profile(x), staged.profile(x)
+    assert p_in.dram_bytes <= p_staged.dram_bytes
+    assert p_in.total_cycles < 0.95 * p_staged.total_cycles  # 184,805 against 199,759 when written
 
 
 def test_pricing_puts_a_tensor_in_the_fastest_memory_with_room_for_it():

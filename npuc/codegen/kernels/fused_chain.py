@@ -49,7 +49,7 @@ from npuc.schedule.cascade_cost import (
     band_kernel,
     chain_inputs,
     chain_layout,
-    chain_stripes,
+    stripes_of,
     constant_inputs,
     Estimate,
     constant_loads_streamed,
@@ -58,6 +58,7 @@ from npuc.schedule.cascade_cost import (
     row_bytes,
     sram_layout,
     staged_inputs,
+    staged_of,
 )
 from npuc.schedule.vector_cost import walk_cycles
 
@@ -114,7 +115,7 @@ class ChainPlan:
 
 def plan_chain(k: Kernel, target: Any) -> Plan:
     a: ChainAttrs = k.attrs
-    stripes = chain_stripes(a.members, a.intermediates, a.stripe_rows)
+    stripes = stripes_of(a)
     layout = chain_layout(a, target.scratchpad.size_bytes, stripes)
     if layout is None:
         raise CompileError(f"kernel '{k.name}': the chain's buffers at {a.stripe_rows} rows per stripe leave "
@@ -130,8 +131,9 @@ def plan_chain(k: Kernel, target: Any) -> Plan:
              else f"in scratchpad ({sum(n for _, _, n in layout.buffers):,} B)")
     summary = (f"{len(members)} layers depth-first, {len(stripes)} stripes of {a.stripe_rows} rows, "
                f"{len(a.intermediates)} intermediates {where}, "
-               f"staged inputs {'double' if double else 'single'}-buffered, "
-               f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}"
+               + (f"staged inputs {'double' if double else 'single'}-buffered, " if staged_of(a)
+                  else "inputs read where they lie, ")
+               + f"constants {'resident' if a.resident_weights else 'reloaded per stripe'}"
                + (", every other band at the top of the members' part" if alternate else ""))
     acc = target.accumulator.size_bytes if alternate else acc  # the top bands end at its top
     return Plan(summary, target.scratchpad.size_bytes, acc, cycles,
@@ -316,7 +318,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
             local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
     fixed = list(local.windows)
     producers = {m.output.name: m for m in a.members}
-    staged = staged_inputs(members, a.intermediates)
+    staged = staged_inputs(members, a.intermediates) if a.staged else ()
     buffers = {name: spad for name, spad, _ in layout.buffers}
     emitted = 0
     for i, (s, plans) in enumerate(zip(stripes, bands)):

@@ -44,7 +44,7 @@ from npuc.schedule.cascade_cost import (
     ChainLayout,
     Stripe,
     chain_layout,
-    chain_stripes,
+    stripes_of,
     constant_inputs,
     externals,
 )
@@ -56,7 +56,7 @@ def _align(n: int) -> int:
 
 def row_attrs(a: ChainAttrs) -> ChainAttrs:
     """The row members of a pooled chain as a chain of their own (the pool left out)."""
-    return ChainAttrs(a.stripe_rows, a.resident_weights, a.intermediates, a.members[:-1])
+    return replace(a, members=a.members[:-1])
 
 
 def pooled_stripes(a: ChainAttrs) -> tuple[Stripe, ...]:
@@ -65,7 +65,7 @@ def pooled_stripes(a: ChainAttrs) -> tuple[Stripe, ...]:
     rows = row_attrs(a)
     last = rows.members[-1].output.name
     out = []
-    for s in chain_stripes(rows.members, rows.intermediates, rows.stripe_rows):
+    for s in stripes_of(rows):
         o0, o1 = s.out_rows[-1]
         out.append(replace(s, held=tuple((n, o0, o1) if n == last else (n, lo, hi) for n, lo, hi in s.held)))
     return tuple(out)
