@@ -216,6 +216,20 @@ def read_in_place(target, ks: tuple[Kernel, ...], inter: tuple[str, ...], offs: 
     return bool(ts) and all(target.window_at(offs[t.name] + t.addr).memory.kind == "sram" for t in ts)
 
 
+def spilled(target, ks: tuple[Kernel, ...], inter: tuple[str, ...], offs: dict[str, int]) -> dict[str, int]:
+    """The pricing addresses ``offs`` with the chain's stageable inputs moved to the slowest
+    memory that holds activations (from the middle of its window, where no priced tensor lies):
+    where the memory plan puts an input that does not fit on chip beside the tensors live with it
+    across the whole network, which pricing a run alone cannot see."""
+    w = target.window_of(target.memories_holding("activations")[-1].name)
+    top = w.base + (w.end - w.base) // 2 // 64 * 64
+    out = dict(offs)
+    for t in staged_inputs(ks, inter):
+        out[t.name] = top
+        top += -(-max(t.addr + t.span, 1) // 64) * 64
+    return out
+
+
 def chain_name(ks: tuple[Kernel, ...]) -> str:
     """The name of the fused kernel of the run ``ks``."""
     return f"{ks[0].name}..{ks[-1].name}"
@@ -313,7 +327,8 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
     Per way of holding the constants, and of reading the inputs where :func:`read_in_place`
     says so, configurations are priced in :func:`shortlist` order until ``HEIGHTS`` of them could
     be planned (or ``TRIES`` were tried).  Each is priced with its tensors at ``offs``
-    (:func:`pricing_offsets`)."""
+    (:func:`pricing_offsets`); one that reads its inputs in place must also win with them off
+    chip (:func:`spilled`), since the memory plan may not keep them in the SRAM."""
     best = None
     ks, inter = roofline[0][1].members, roofline[0][1].intermediates
     stagings = (True, False) if read_in_place(target, ks, inter, offs) else (True,)
@@ -325,6 +340,10 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
                 continue
             planned += 1
             ok = est.energy_pj < alone.energy_pj and (not cycles_not_worse or est.cycles <= alone.cycles)
+            if ok and not staged:  # it must still win with its inputs where they may be placed after all
+                worst = fused_estimate(priced_at(fused_kernel(attrs), spilled(target, ks, inter, offs)), target)
+                ok = worst is not None and worst.energy_pj < alone.energy_pj and (
+                    not cycles_not_worse or worst.cycles <= alone.cycles)
             if ok and (best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles)):
                 best = (est, fused_kernel(attrs))
             if planned == HEIGHTS:

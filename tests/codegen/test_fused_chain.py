@@ -278,8 +278,8 @@ def test_every_other_band_at_the_top_runs_a_member_under_the_one_before(monkeypa
 def test_a_chain_reads_an_input_in_sram_where_it_lies_when_that_is_faster(monkeypatch):
     """On u65-like-256 the block's input fits the 384 KiB SRAM.  Staged, a stripe of it takes
     scratchpad the members' bands would use; read where it lies, each member's read of it is a
-    transfer from the SRAM again.  The cascade prices both (``read_in_place``) and keeps the
-    faster: the chain reads its input in place, its plan says so, its output is the integer
+    transfer from the SRAM again.  The cascade prices both (``read_in_place``; reading in place
+    must win with the input off chip too, ``spilled``) and keeps the faster: the chain reads its input in place, its plan says so, its output is the integer
     reference's bit for bit, it moves no more off-chip bytes, and it runs faster in the
     simulator than the same block made to stage its input.  Its kernel text round-trips with the
     choice in it."""
@@ -305,6 +305,9 @@ def test_a_chain_reads_an_input_in_sram_where_it_lies_when_that_is_faster(monkey
     (got,) = in_place.run(x)
     assert torch.equal(got, want)
     assert parse_kernel(print_kernel(lk.kernel)) == lk.kernel
+    ins = staged_inputs(a.members, a.intermediates)  # it also won priced with its input off chip
+    moved = cascade.spilled(target, a.members, a.intermediates, {t.name: 0 for t in ins})
+    assert {target.window_at(moved[t.name] + t.addr).memory.kind for t in ins} == {"dram"}
 
     monkeypatch.setattr(cascade, "read_in_place", lambda *args: False)
     staged = compile_graph(g, target, quantize="int8", fuse_layers="not-slower")
