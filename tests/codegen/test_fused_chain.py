@@ -230,6 +230,19 @@ def test_int8_chain_keeps_its_intermediates_in_sram_where_the_scratchpad_is_smal
     assert fused.to_bytes() == compile_graph(g, target, quantize="int8", fuse_layers=True).to_bytes()
 
 
+def u65_block(name: str):
+    """An int8 inverted residual block 16 -> 96 -> 3x3/2 -> 24 at 72x60 (its expanded tensor
+    does not fit u65-like-256's SRAM whole), an input and the integer reference's output."""
+    torch.manual_seed(4)
+    m = InvertedResidual(16, 96, 24, 2).eval()
+    shape = (1, 16, 72, 60)
+    x = torch.randn(shape)
+    calib = [(torch.randn(shape),) for _ in range(2)]
+    g = run_graph_passes(import_quantized(m, (x,), calib, name=name))
+    (want,) = interpret(g, x)
+    return g, x, want
+
+
 def test_every_other_band_at_the_top_runs_a_member_under_the_one_before(monkeypatch):
     """A chain's members plan in one part of the scratchpad and the accumulator; a member's band
     loading into the buffers the band before it used waits until that band has read its last
@@ -243,13 +256,7 @@ def test_every_other_band_at_the_top_runs_a_member_under_the_one_before(monkeypa
     from npuc.lower import cascade
 
     monkeypatch.setattr(cascade, "read_in_place", lambda *args: False)
-    torch.manual_seed(4)
-    m = InvertedResidual(16, 96, 24, 2).eval()
-    shape = (1, 16, 72, 60)
-    x = torch.randn(shape)
-    calib = [(torch.randn(shape),) for _ in range(2)]
-    g = run_graph_passes(import_quantized(m, (x,), calib, name="top-bands"))
-    (want,) = interpret(g, x)
+    g, x, want = u65_block("top-bands")
     target = load_target("u65-like-256")
 
     def compiled():
@@ -286,13 +293,7 @@ def test_a_chain_reads_an_input_in_sram_where_it_lies_when_that_is_faster(monkey
     from npuc.lower import cascade
     from npuc.schedule.cascade_cost import staged_inputs
 
-    torch.manual_seed(4)
-    m = InvertedResidual(16, 96, 24, 2).eval()
-    shape = (1, 16, 72, 60)
-    x = torch.randn(shape)
-    calib = [(torch.randn(shape),) for _ in range(2)]
-    g = run_graph_passes(import_quantized(m, (x,), calib, name="in-place"))
-    (want,) = interpret(g, x)
+    g, x, want = u65_block("in-place")
     target = load_target("u65-like-256")
     in_place = compile_graph(g, target, quantize="int8", fuse_layers="not-slower")
     (lk,) = chains(in_place)
