@@ -332,6 +332,7 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
     best = None
     ks, inter = roofline[0][1].members, roofline[0][1].intermediates
     stagings = (True, False) if read_in_place(target, ks, inter, offs) else (True,)
+    off_chip = spilled(target, ks, inter, offs) if len(stagings) > 1 else offs
     for resident, staged in ((r, s) for r in (True, False) for s in stagings):
         planned = 0
         for attrs in shortlist(roofline, resident, staged)[:TRIES]:
@@ -341,7 +342,7 @@ def best_chain(target, roofline: list[tuple[Estimate, ChainAttrs]], alone: Estim
             planned += 1
             ok = est.energy_pj < alone.energy_pj and (not cycles_not_worse or est.cycles <= alone.cycles)
             if ok and not staged:  # it must still win with its inputs where they may be placed after all
-                worst = fused_estimate(priced_at(fused_kernel(attrs), spilled(target, ks, inter, offs)), target)
+                worst = fused_estimate(priced_at(fused_kernel(attrs), off_chip), target)
                 ok = worst is not None and worst.energy_pj < alone.energy_pj and (
                     not cycles_not_worse or worst.cycles <= alone.cycles)
             if ok and (best is None or (est.energy_pj, est.cycles) < (best[0].energy_pj, best[0].cycles)):

@@ -57,7 +57,6 @@ from npuc.schedule.cascade_cost import (
     program_estimate,
     row_bytes,
     sram_layout,
-    staged_inputs,
     staged_of,
 )
 from npuc.schedule.vector_cost import walk_cycles
@@ -318,7 +317,7 @@ def chain_program(k: Kernel, target: Any, stripes: tuple[Stripe, ...], layout: C
             local.windows.append((bases[name], bases[name] + nbytes, spad - bases[name], name))
     fixed = list(local.windows)
     producers = {m.output.name: m for m in a.members}
-    staged = staged_inputs(members, a.intermediates) if a.staged else ()
+    staged = staged_of(replace(a, members=members))
     buffers = {name: spad for name, spad, _ in layout.buffers}
     emitted = 0
     for i, (s, plans) in enumerate(zip(stripes, bands)):
