@@ -7,11 +7,15 @@ energy), both simulated.  For each it prints the cycles, the off-chip bytes, eve
 plan with the cost model's estimate, every kernel's cycles, and for every queue and instruction
 kind the cycles its instructions occupied their unit (``busy``, from each executed instruction's
 own timing, docs/isa.md): the sum over a queue against the run's cycles says how well the
-array, the vector unit and the DMA overlap.  The two runs' outputs are compared (int8: bit for
-bit, as a chain computes what its members do).
+array, the vector unit and the DMA overlap.  ``--windows N`` prints, for each run, when that
+happens: the run cut into N windows of equal length, and per window the share of its cycles
+each unit was busy, the DMA per memory port (a port idle while the array waits is time a
+prefetch could take).  The two runs' outputs are compared (int8: bit for bit, as a chain
+computes what its members do).
 
     .venv/bin/python bench/chain_busy.py                        # 56x56: 24 -> 144 -> /2 -> 32, int8, u65-like-256
     .venv/bin/python bench/chain_busy.py --target npu-mid --precision fp16 --block 28,32,192,32,1
+    .venv/bin/python bench/chain_busy.py --target u55-like-256 --block 14,64,384,64,1 --windows 16
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 import torch.nn as nn
 
 import npuc
+from npuc.isa.enums import Mem, Unit
 from npuc.report.profile import executed
 
 
@@ -47,7 +52,46 @@ def busy_by_kind(art, target) -> dict[tuple[str, str], tuple[int, int]]:
     return out
 
 
-def report(label: str, art, x: torch.Tensor) -> np.ndarray:
+def lane(ins, target) -> str:
+    """Where an executed instruction spends its busy cycles: its unit, or for a transfer the
+    port of the memory its DMA side lies in."""
+    d = ins.defn
+    if d.unit is not Unit.dma:
+        return d.unit.name
+    side = next((r for r in d.regions(ins.args) if r is not None and r.mem is Mem.dram), None)
+    w = target.window_at(side.addr) if side is not None else None
+    if w is None:
+        return "dma"
+    names = "+".join(m.name for m in target.memories if m.port == w.memory.port)
+    return f"port {w.memory.port} ({names})"
+
+
+def timeline(art, p, windows: int) -> None:
+    """Per window of the run, the share of its cycles each lane (:func:`lane`) was busy."""
+    width = p.total_cycles / windows
+    busy: dict[str, list[float]] = {}
+    offset = 0
+    for prog, run in zip(art.programs, (r for r in p.runs if r.sim is not None)):
+        dynamic, _ = executed(prog, tuple("" for _ in prog))
+        starts = run.sim.schedule[3]
+        for ins, start in zip(dynamic, starts):
+            d = ins.defn
+            b, _ = d.timing(ins.args, p.target, d.regions(ins.args))
+            row = busy.setdefault(lane(ins, p.target), [0.0] * windows)
+            t, end = offset + start, offset + start + b
+            while t < end:
+                w = min(int(t // width), windows - 1)
+                step = min(end, (w + 1) * width) - t if w < windows - 1 else end - t
+                row[w] += step
+                t += step
+        offset += run.sim.total_cycles
+    print(f"    busy per window of {width:,.0f} cycles (% of the window):")
+    for name, row in sorted(busy.items()):
+        if any(row):
+            print(f"      {name:<28} " + " ".join(f"{v / width * 100:4.0f}" for v in row))
+
+
+def report(label: str, art, x: torch.Tensor, windows: int = 0) -> np.ndarray:
     p = art.profile(x)
     print(f"{label}: {p.total_cycles:,} cycles, off-chip {p.dram_bytes:,} B")
     for c in art.compiled.codes:
@@ -63,6 +107,8 @@ def report(label: str, art, x: torch.Tensor) -> np.ndarray:
                                           for q, c in sorted(queues.items(), key=lambda kv: -kv[1])))
     for (q, kind), (c, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:8]:
         print(f"      {q:<8} {kind:<20} busy {c:>10,}  ({n:,} instructions)")
+    if windows:
+        timeline(art, p, windows)
     return art.run(x)[0].numpy()
 
 
@@ -71,6 +117,7 @@ def main() -> None:
     ap.add_argument("--target", default="u65-like-256")
     ap.add_argument("--precision", choices=("int8", "fp16"), default="int8")
     ap.add_argument("--block", default="56,24,144,32,2", help="H,CIN,MID,COUT,STRIDE (input HxH)")
+    ap.add_argument("--windows", type=int, default=0, help="and when each unit and port is busy, in this many windows")
     args = ap.parse_args()
     h, cin, mid, cout, stride = (int(v) for v in args.block.split(","))
     torch.manual_seed(0)
@@ -82,7 +129,7 @@ def main() -> None:
     outs = []
     for label, fuse in (("layers one by one", False), ("fused", True)):
         art = npuc.compile(m, (x,), target=args.target, quantize=quantize, calibration=calibration, fuse_layers=fuse)
-        outs.append(report(label, art, x))
+        outs.append(report(label, art, x, args.windows))
     diff = float(np.abs(outs[0].astype(np.float64) - outs[1].astype(np.float64)).max())
     print(f"largest difference between the two runs' outputs: {diff:g}")
 
