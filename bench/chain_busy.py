@@ -37,28 +37,39 @@ def block(cin: int, mid: int, cout: int, stride: int) -> nn.Module:
                          nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout)).eval()
 
 
-def busy_by_kind(art, target) -> dict[tuple[str, str], tuple[int, int]]:
+def executed_busy(art, p):
+    """Every executed instruction of the run's NPU programs, in order: (instruction, its regions,
+    its busy cycles, its start in the run).  One pass that both tables below read."""
+    offset = 0
+    for prog, run in zip(art.programs, (r for r in p.runs if r.sim is not None)):
+        dynamic, _ = executed(prog, tuple("" for _ in prog))
+        for ins, start in zip(dynamic, run.sim.schedule[3]):
+            d = ins.defn
+            regions = d.regions(ins.args)
+            busy, _ = d.timing(ins.args, p.target, regions)
+            yield ins, regions, busy, offset + start
+        offset += run.sim.total_cycles
+
+
+def busy_by_kind(runs) -> dict[tuple[str, str], tuple[int, int]]:
     """(queue, instruction kind) -> (busy cycles, dynamic instructions) over every NPU program."""
     out: dict[tuple[str, str], tuple[int, int]] = {}
-    for prog in art.programs:
-        dynamic, _ = executed(prog, tuple("" for _ in prog))
-        for ins in dynamic:
-            d = ins.defn
-            busy, _ = d.timing(ins.args, target, d.regions(ins.args))
-            op = getattr(ins.args, "op", None)
-            kind = d.name if op is None else f"{d.name} {getattr(op, 'name', op)}"
-            c, n = out.get((d.queue.name, kind), (0, 0))
-            out[(d.queue.name, kind)] = (c + busy, n + 1)
+    for ins, _, busy, _ in runs:
+        d = ins.defn
+        op = getattr(ins.args, "op", None)
+        kind = d.name if op is None else f"{d.name} {getattr(op, 'name', op)}"
+        c, n = out.get((d.queue.name, kind), (0, 0))
+        out[(d.queue.name, kind)] = (c + busy, n + 1)
     return out
 
 
-def lane(ins, target) -> str:
+def lane(ins, regions, target) -> str:
     """Where an executed instruction spends its busy cycles: its unit, or for a transfer the
     port of the memory its DMA side lies in."""
     d = ins.defn
     if d.unit is not Unit.dma:
         return d.unit.name
-    side = next((r for r in d.regions(ins.args) if r is not None and r.mem is Mem.dram), None)
+    side = next((r for r in regions if r is not None and r.mem is Mem.dram), None)
     w = target.window_at(side.addr) if side is not None else None
     if w is None:
         return "dma"
@@ -66,25 +77,18 @@ def lane(ins, target) -> str:
     return f"port {w.memory.port} ({names})"
 
 
-def timeline(art, p, windows: int) -> None:
+def timeline(runs, p, windows: int) -> None:
     """Per window of the run, the share of its cycles each lane (:func:`lane`) was busy."""
     width = p.total_cycles / windows
     busy: dict[str, list[float]] = {}
-    offset = 0
-    for prog, run in zip(art.programs, (r for r in p.runs if r.sim is not None)):
-        dynamic, _ = executed(prog, tuple("" for _ in prog))
-        starts = run.sim.schedule[3]
-        for ins, start in zip(dynamic, starts):
-            d = ins.defn
-            b, _ = d.timing(ins.args, p.target, d.regions(ins.args))
-            row = busy.setdefault(lane(ins, p.target), [0.0] * windows)
-            t, end = offset + start, offset + start + b
-            while t < end:
-                w = min(int(t // width), windows - 1)
-                step = min(end, (w + 1) * width) - t if w < windows - 1 else end - t
-                row[w] += step
-                t += step
-        offset += run.sim.total_cycles
+    for ins, regions, b, start in runs:
+        row = busy.setdefault(lane(ins, regions, p.target), [0.0] * windows)
+        t, end = start, start + b
+        while t < end:
+            w = min(int(t // width), windows - 1)
+            step = min(end, (w + 1) * width) - t if w < windows - 1 else end - t
+            row[w] += step
+            t += step
     print(f"    busy per window of {width:,.0f} cycles (% of the window):")
     for name, row in sorted(busy.items()):
         if any(row):
@@ -99,7 +103,8 @@ def report(label: str, art, x: torch.Tensor, windows: int = 0) -> np.ndarray:
             print(f"    plan {lk.name}: est {plan.est_cycles:,}: {plan.summary}")
     for lp in p.layers:
         print(f"    {lp.kind:<18} {lp.cycles:>10,} cycles  {lp.name}")
-    kinds = busy_by_kind(art, p.target)
+    runs = list(executed_busy(art, p))
+    kinds = busy_by_kind(runs)
     queues: dict[str, int] = {}
     for (q, _), (c, _) in kinds.items():
         queues[q] = queues.get(q, 0) + c
@@ -108,7 +113,7 @@ def report(label: str, art, x: torch.Tensor, windows: int = 0) -> np.ndarray:
     for (q, kind), (c, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:8]:
         print(f"      {q:<8} {kind:<20} busy {c:>10,}  ({n:,} instructions)")
     if windows:
-        timeline(art, p, windows)
+        timeline(runs, p, windows)
     return art.run(x)[0].numpy()
 
 
