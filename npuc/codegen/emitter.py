@@ -42,6 +42,7 @@ _COMPUTE = int(Queue.compute)
 _NQ = len(Queue)
 _EXECUTES = tuple(q.executes for q in Queue)
 _PRUNE_EVERY = 512
+_REACHED_BY = {m: tuple(int(q) for q in Queue if m in q.reaches) for m in Mem}  # the queues that may touch each memory
 _BIG = 1 << 62
 
 
@@ -274,12 +275,13 @@ class Emitter:
         return tuple(v + s if v >= start else v for v in self._clock_at[t])
 
     def _prune(self) -> None:
-        """Forget accesses that every other queue already knows to be complete."""
+        """Forget accesses that every other queue that may touch their memory
+        (:attr:`Queue.reaches`) already knows to be complete."""
         for p in range(_NQ):
-            done = min(self._known[q][p] for q in range(_NQ) if q != p)
-            for table in (self._reads, self._writes):
-                for lists in table.values():
-                    lst = lists[p]
+            for mem, others in _REACHED_BY.items():
+                done = min((self._known[q][p] for q in others if q != p), default=_BIG)
+                for table in (self._reads, self._writes):
+                    lst = table[mem][p]
                     k = bisect.bisect_right(lst, (done, _BIG, _BIG))
                     if k:
                         del lst[:k]

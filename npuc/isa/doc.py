@@ -41,11 +41,14 @@ do not edit by hand (`python -m npuc.isa.doc > docs/isa.md`).*
   conversions, reductions, pooling windows and fills, on 2-D strided operands: element
   (i1, i0) of an operand lives at `addr + i1*s1 + i0*s0`, so a zero stride broadcasts.
   Floating-point vector work needs a target with fp16.
-* **Queues.** Instructions are issued, in program order, to four in-order queues: **load**
+* **Queues.** Instructions are issued, in program order, to five in-order queues: **load**
   (`DMA_LOAD`), **store** (`DMA_STORE`), **compute** (the array: `LOAD_WEIGHTS`, `MATMUL`,
-  `MATMUL_DW`, `MATMUL_OS`, and `NOP`/`END`) and **vector** (every vector-unit instruction). The queues run
-  concurrently and synchronise only through dependency tokens, so requantization, epilogues
-  and vector kernels run beside array work.
+  `MATMUL_DW`, `MATMUL_OS`, and `NOP`/`END`), **vector** (every vector-unit instruction) and
+  **copy** (`DMA_COPY`, the background DMA between memories of the system address map). The
+  queues run concurrently and synchronise only through dependency tokens, so requantization,
+  epilogues and vector kernels run beside array work, and weights are staged from the flash
+  into the SRAM beside the kernels' own transfers. The execute queues touch only SPAD and
+  ACC, the copy queue only the system address map.
 
 ## Encoding
 
@@ -54,9 +57,9 @@ written only when it changes (how a command stream that sets registers works):
 
 | bits | content |
 |---|---|
-| 0-7 | opcode |
-| 8-10 | wait flags: bit 8 + k pops a token from the k-th other queue (in the order load, compute, store, vector, skipping the instruction's own) before starting |
-| 11-13 | signal flags: bit 11 + k pushes a token to the k-th other queue on completion |
+| 0-5 | opcode |
+| 6-9 | wait flags: bit 6 + k pops a token from the k-th other queue (in the order load, compute, store, vector, copy, skipping the instruction's own) before starting |
+| 10-13 | signal flags: bit 10 + k pushes a token to the k-th other queue on completion |
 | 14-15 | reference: which of the last {HISTORY} instructions of the same mnemonic in the stream the left-out fields are taken from (0 = the most recent; 0 when there is none) |
 | from {HEADER_BITS} | the mask length L, in as many bits as the number of fields takes (`bit_length`) |
 | then | L mask bits, one per field in the order listed, set when the field is written out; bit L-1 is set (the fields after it are left out) |
@@ -87,8 +90,8 @@ disassembler writes every field, so `assemble(disassemble(p)) == p`.
 
 ## Dependency tokens
 
-Every ordered pair of queues has a token channel (twelve in all: load->compute, compute->load,
-..., vector->store), the pairwise channels of TVM's VTA extended to every pair. In text an
+Every ordered pair of queues has a token channel (twenty in all: load->compute, compute->load,
+..., copy->vector), the pairwise channels of TVM's VTA extended to every pair. In text an
 instruction names the other queue: `wait=load` on a compute instruction pops a token the load
 queue sent; `signal=store,vector` sends one to the store queue and one to the vector queue.
 
@@ -104,13 +107,13 @@ queue sent; `signal=store,vector` sends one to the store queue and one to the ve
   stalled instruction. Tokens left over at the end are reported, not an error.
 * Two instructions in flight at the same time that touch the same bytes, one of them writing,
   race: hardware gives no defined result. The simulator reports the first race (both
-  instructions and the bytes) unless asked not to. Transfers of one DMA queue complete in order
+  instructions and the bytes) unless asked not to. Transfers of one DMA queue (load, store, copy) complete in order
   and never race each other.
 
 ## Timing model
 
 Each queue starts its instructions in order. An instruction starts when (1) its queue allows it,
-(2) its unit is free, (3) the tokens it waits for have arrived. (1): the load and store queues may
+(2) its unit is free, (3) the tokens it waits for have arrived. (1): the load, store and copy queues may
 start a transfer as soon as the previous one has left the DRAM port (transfers are pipelined:
 latency overlaps); an execute queue (compute, vector) starts an instruction when all earlier
 instructions of that queue have completed, except right after an instruction it *may follow*
@@ -120,7 +123,7 @@ buffers), `MATMUL_OS` as soon as the array is free after the `MATMUL_OS` before 
 meanwhile), unless the two touch the same bytes with one writing: the hardware interlocks and the
 second waits for the first to complete. Instructions of an execute queue complete in order (one
 started beside a longer one retires after it), so a token from one vouches for every earlier
-instruction of its queue. Units: the DRAM port (shared by loads and stores), the weight loader, the array, the
+instruction of its queue. Units: the DRAM port (shared by loads, stores and copies; a copy between two ports takes cycles of both), the weight loader, the array, the
 vector unit. An instruction occupies its unit for *busy* cycles and completes *latency* cycles
 later (DMAs: the DRAM latency; MATMUL_OS: the output drain; vector ops: the pipeline depth).
 The total is the latest completion.

@@ -2,8 +2,8 @@
 
 An instruction is a little-endian bit string:
 
-- bits 0-7: the opcode; bits 8-13: the dependency flags (a wait bit, then a signal bit, for
-  each other queue: :meth:`Deps.to_bits`); bits 14-15: the *reference*, which of the last
+- bits 0-5: the opcode; bits 6-13: the dependency flags (a wait bit for each other queue,
+  then a signal bit for each: :meth:`Deps.to_bits`); bits 14-15: the *reference*, which of the last
   :data:`HISTORY` instructions of the same mnemonic in the stream the fields are taken from
   (0 = the most recent; 0 when there is none);
 - from bit 16, the mask length ``L`` in ``bit_length(number of fields)`` bits, then ``L`` mask
@@ -39,6 +39,7 @@ from npuc.errors import BinaryFormatError
 from npuc.isa.instr import (
     DEP_BITS,
     HEADER_BITS,
+    OPCODE_BITS,
     Deps,
     FieldError,
     Instr,
@@ -51,7 +52,8 @@ from npuc.isa.instr import (
 
 SHORT_FROM = 12  # integer fields at least this wide may be written as a change from their reference
 HISTORY = 4  # earlier instructions of a mnemonic a field may be taken from (the 2-bit reference)
-_REF_SHIFT = 8 + DEP_BITS
+_REF_SHIFT = OPCODE_BITS + DEP_BITS
+_OPCODE_MASK = (1 << OPCODE_BITS) - 1
 
 
 def _len_bits(d: InstrDef) -> int:
@@ -146,7 +148,7 @@ def encode_instr(ins: Instr, history: Iterable[Instr] = ()) -> bytes:
     d = get_def(ins.op)
     hist = list(history)[-HISTORY:]
     ref, bits, value = _choice(d, ins, hist)
-    word = d.opcode | ins.deps.to_bits(d.queue) << 8 | ref << _REF_SHIFT | value << HEADER_BITS
+    word = d.opcode | ins.deps.to_bits(d.queue) << OPCODE_BITS | ref << _REF_SHIFT | value << HEADER_BITS
     return word.to_bytes(-(-(HEADER_BITS + bits) // 8), "little")
 
 
@@ -170,9 +172,9 @@ def decode_instr(data: bytes, index: int = 0, offset: int = 0, history: Iterable
     where = f"instruction {index} (byte offset {offset})"
     if offset >= len(data):
         raise BinaryFormatError(f"{where}: the code ends here")
-    d = def_by_opcode(data[offset])
+    d = def_by_opcode(data[offset] & _OPCODE_MASK)
     if d is None:
-        raise BinaryFormatError(f"{where}: unknown opcode 0x{data[offset]:02x}")
+        raise BinaryFormatError(f"{where}: unknown opcode 0x{data[offset] & _OPCODE_MASK:02x}")
     hist = list(history)[-HISTORY:]
     if hist and hist[-1].op != d.name:
         raise ValueError(f"decode_instr: the history given holds other instructions than {d.name}")
@@ -181,7 +183,7 @@ def decode_instr(data: bytes, index: int = 0, offset: int = 0, history: Iterable
     avail = len(chunk) * 8
     if avail < HEADER_BITS:
         raise BinaryFormatError(f"{where}: {d.name} is cut off in its header (the code ends)")
-    deps = Deps.from_bits((word >> 8) & ((1 << DEP_BITS) - 1), d.queue)
+    deps = Deps.from_bits((word >> OPCODE_BITS) & ((1 << DEP_BITS) - 1), d.queue)
     reason = deps.problem(d.queue)
     if reason:
         raise BinaryFormatError(f"{where}: {d.name} dependency flags: {reason}")
@@ -257,7 +259,7 @@ def _decode_all(data: bytes) -> Iterator[tuple[Instr, int, int]]:
     offset = 0
     index = 0
     while offset < len(data):
-        d = def_by_opcode(data[offset])
+        d = def_by_opcode(data[offset] & _OPCODE_MASK)
         hist = last.setdefault(d.name, []) if d is not None else []
         ins, n = decode_instr(data, index, offset, hist)
         hist.append(ins)
@@ -305,7 +307,7 @@ def _heads(data: bytes) -> Iterator[tuple[InstrDef, int, int]]:
     seen: set[int] = set()
     offset, end = 0, len(data)
     while offset < end:
-        lay = _layout(data[offset])
+        lay = _layout(data[offset] & _OPCODE_MASK)
         if lay is None:
             return
         d, lb, fields = lay

@@ -68,16 +68,20 @@ class Mem(enum.IntEnum):
 
 
 class Queue(enum.IntEnum):
-    """The four instruction queues of the decoupled access/execute machine.
+    """The five instruction queues of the decoupled access/execute machine.
 
     ``compute`` is the array's queue (and the control instructions'); ``vector`` the vector
-    unit's, so that requantization, epilogues and vector kernels run beside array work.
+    unit's, so that requantization, epilogues and vector kernels run beside array work;
+    ``copy`` the background DMA's, which copies between memories of the system address map
+    (weights from the flash into the shared SRAM) beside the load and store queues, so that a
+    long copy never holds up the transfers the kernels wait on.
     """
 
     load = 0
     compute = 1
     store = 2
     vector = 3
+    copy = 4
 
     @property
     def executes(self) -> bool:
@@ -85,15 +89,28 @@ class Queue(enum.IntEnum):
         before it has completed, and they complete in order."""
         return self in (Queue.compute, Queue.vector)
 
+    @property
+    def reaches(self) -> frozenset["Mem"]:
+        """The memories this queue's instructions may touch: the execute queues only the
+        scratchpad and the accumulator, the copy queue only the system address map (``Mem.dram``),
+        the load and store queues both sides.  The simulator refuses an instruction that
+        touches another (npuc.runtime.sim.prepare); the emitter forgets an access once every
+        queue that may conflict with it knows it complete."""
+        return _REACHES[self]
+
     def others(self) -> tuple["Queue", ...]:
         """The queues this one exchanges tokens with (every other queue), in order."""
         return tuple(q for q in Queue if q is not self)
 
 
+_REACHES = {Queue.load: frozenset(Mem), Queue.store: frozenset(Mem), Queue.compute: frozenset({Mem.spad, Mem.acc}),
+            Queue.vector: frozenset({Mem.spad, Mem.acc}), Queue.copy: frozenset({Mem.dram})}
+
+
 class Unit(enum.IntEnum):
     """Hardware units an instruction occupies while it runs."""
 
-    dma = 0  # the DRAM port, shared by the load and store queues
+    dma = 0  # the DRAM port, shared by the load, store and copy queues
     wload = 1  # the array's weight loader (fills the shadow weight buffer)
     array = 2  # the systolic array
     vector = 3  # the vector unit

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from npuc.isa.state import MachineState
     from npuc.targets import Target
 
-HEADER_BITS = 16  # opcode (8 bits), dependency flags (6 bits), reference (2 bits: npuc.isa.encoding)
+HEADER_BITS = 16  # opcode (6 bits), dependency flags (8 bits), reference (2 bits: npuc.isa.encoding)
+OPCODE_BITS = 6
 MAX_FIELD_BITS = 2048  # the field bits one instruction may define (npuc.isa.encoding writes those it needs)
 
 RegionsFn = Callable[[Any], tuple[Region, ...]]
@@ -112,7 +113,7 @@ class Deps:
         object.__setattr__(self, "signals", frozenset(Queue(q) for q in self.signals))
 
     def to_bits(self, queue: Queue) -> int:
-        """Bits 0..2: wait on each other queue (in order); bits 3..5: signal each."""
+        """Bits 0..3: wait on each other queue (in order); bits 4..7: signal each."""
         others = queue.others()
         bits = 0
         for k, q in enumerate(others):
@@ -151,6 +152,8 @@ def register(d: InstrDef) -> InstrDef:
     """Add an instruction definition to the registry (mnemonic and opcode must be new)."""
     if d.name in _BY_NAME or d.opcode in _BY_OPCODE:
         raise ValueError(f"instruction {d.name} / opcode 0x{d.opcode:02x} is defined twice")
+    if not 0 <= d.opcode < 1 << OPCODE_BITS:
+        raise ValueError(f"instruction {d.name}: opcode 0x{d.opcode:02x} does not fit the header's {OPCODE_BITS} bits")
     if d.field_bits > MAX_FIELD_BITS:
         raise ValueError(f"instruction {d.name} defines {d.field_bits} field bits, more than {MAX_FIELD_BITS}")
     _BY_NAME[d.name] = d

@@ -87,13 +87,13 @@ __all__ = [
 ]
 
 MAGIC = b"\x89NPUB\r\n\x1a"
-FORMAT_VERSION = (3, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 3: variable-length instructions, LOOP periods
-HOST_CODE_VERSION = (3, 1)  # a binary with a HOST_CODE section: older 3.x readers skip the section
-WEIGHT_STREAMS_VERSION = (3, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
-LOOP_PHASE_VERSION = (3, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
-DEPTHWISE_MODE_VERSION = (3, 4)  # a binary whose code has MATMUL_DW (the array's depthwise mode; older readers refuse it)
-LOOP_EXCEPTION_VERSION = (3, 5)  # a binary whose code has LOOP flag exceptions (older readers refuse the LOOP)
-STREAM_BUFFER_VERSION = (3, 6)  # a binary whose loads use stream buffers (older readers refuse the load)
+FORMAT_VERSION = (4, 0)  # (major, minor) this npuc writes (and reads fully) for a binary without host code; 3: variable-length instructions, LOOP periods; 4: five queues (6-bit opcodes, 8 dependency flags)
+HOST_CODE_VERSION = (4, 1)  # a binary with a HOST_CODE section: older 4.x readers skip the section
+WEIGHT_STREAMS_VERSION = (4, 2)  # a binary with a WEIGHT_STREAMS section (required: older readers refuse it)
+LOOP_PHASE_VERSION = (4, 3)  # a binary whose code has LOOP slots with a phase (older readers refuse the LOOP)
+DEPTHWISE_MODE_VERSION = (4, 4)  # a binary whose code has MATMUL_DW (the array's depthwise mode; older readers refuse it)
+LOOP_EXCEPTION_VERSION = (4, 5)  # a binary whose code has LOOP flag exceptions (older readers refuse the LOOP)
+STREAM_BUFFER_VERSION = (4, 6)  # a binary whose loads use stream buffers (older readers refuse the load)
 SECTION_ALIGNMENT = 64
 HEADER_ALIGNMENT = 8
 FLAG_REQUIRED = 0x1  # section flag: a reader that does not know this kind must refuse the file

@@ -33,15 +33,16 @@ from npuc.kir.tile_program import DRAM_ADDRESS_FIELDS, LOCAL_ADDRESS_FIELDS, Ste
 from npuc.memo import on_forget
 from npuc.runtime.sim import engine
 from npuc.runtime.sim.prepare import Step as MachineStep
-from npuc.runtime.sim.prepare import channel, resource
+from npuc.runtime.sim.prepare import channel, port_resource, resource
+from npuc.isa.defs.dma import copy_sides
 
 _NQ = len(Queue)
 # the order in which a step looks for the steps it waits on: the execute queues first, whose
 # own waits usually imply the transfers' (fewer transfer steps scanned)
-_SCAN = tuple(tuple(p for p in (int(Queue.compute), int(Queue.vector), int(Queue.load), int(Queue.store)) if p != q)
-              for q in range(_NQ))
+_SCAN = tuple(tuple(p for p in (int(Queue.compute), int(Queue.vector), int(Queue.load), int(Queue.store), int(Queue.copy))
+                    if p != q) for q in range(_NQ))
 _DMA = int(Unit.dma)
-(_DRAM_FIELD,) = DRAM_ADDRESS_FIELDS
+_DRAM_FIELDS = tuple(sorted(DRAM_ADDRESS_FIELDS))
 _CHANNELS = tuple(tuple(channel(Queue(p), Queue(q)) if p != q else -1 for q in range(_NQ)) for p in range(_NQ))
 _NONE = (-1,) * _NQ
 
@@ -188,9 +189,10 @@ def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape
     scheduler without tokens."""
     fields = dict(s.fields)
     key = s.shape_key()
-    if _DRAM_FIELD in fields:  # a transfer's time depends on the memory its DRAM side is in
-        window = target.window_at(fields[_DRAM_FIELD])
-        key = (key, window.index if window is not None else -1)
+    sides = [f for f in _DRAM_FIELDS if f in fields]
+    if sides:  # a transfer's time depends on the memory its DRAM side (a copy's: each side) is in
+        windows = [target.window_at(fields[f]) for f in sides]
+        key = (key, tuple(w.index if w is not None else -1 for w in windows))
     shape = shapes.get(key)
     if shape is None:
         shape, reusable = _shape(s, target)
@@ -203,14 +205,18 @@ def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape
     regions = tuple(spans)
     d = shape.defn
     res = shape.resource if shape.unit != _DMA else resource(d, regions, target)
+    also = None
+    if d.queue is Queue.copy:  # its write side holds a second port (npuc.runtime.sim.prepare)
+        (rp, _, _), (wp, wb, _) = copy_sides(regions, target)
+        also = (port_resource(wp), wb) if wp != rp else None
     plain = MachineStep(shape.instr, d, regions, shape.queue, shape.unit, res, shape.busy, shape.latency, (), (), (),
-                        d.may_follow, d.pipelines_after)
+                        d.may_follow, d.pipelines_after, also)
     return shape, regions, res, plain
 
 
 def _with_tokens(m: MachineStep, waits: tuple[int, ...], signals: tuple[int, ...]) -> MachineStep:
     return MachineStep(m.instr, m.defn, m.regions, m.queue, m.unit, m.resource, m.busy, m.latency, waits, signals,
-                       m.actions, m.may_follow, m.pipelines_after)
+                       m.actions, m.may_follow, m.pipelines_after, m.also)
 
 
 def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:

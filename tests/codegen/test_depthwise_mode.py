@@ -4,7 +4,7 @@ At the instruction level, ``MATMUL_DW`` must compute what ``LOAD_WEIGHTS`` of th
 ``diag(w)`` then ``MATMUL`` computes (the same bits, int8 and fp16), in no more cycles, with
 only the diagonal MACs counted and only the diagonal weights read, so its energy is lower.  A
 misuse is refused with a sentence (no target check passes a diagonal longer than the array's
-smaller side; the decoder refuses a bad field), and a binary that holds one needs format 3.4.
+smaller side; the decoder refuses a bad field), and a binary that holds one needs format 4.4.
 
 At the kernel level, the array schedule of ``depthwise_conv2d`` (stride 1 and 2, 3x3 and 5x5,
 channel counts that are no multiple of the array side) must match PyTorch (fp16) and the integer
@@ -128,11 +128,11 @@ def _npub_with(code: bytes):
 DW_PROGRAM = "MATMUL_DW dtype=int8 n=16 w_addr=0 in_addr=0x100 m0=4 out_addr=0\nEND\n"
 
 
-def test_a_binary_with_the_depthwise_mode_is_format_3_4_and_round_trips():
+def test_a_binary_with_the_depthwise_mode_is_format_4_4_and_round_trips():
     code = assemble(DW_PROGRAM).encode()
     assert uses_instruction(code, "MATMUL_DW") and stream_features(code) == (False, frozenset({"MATMUL_DW", "END"}))
     data = _npub_with(code).to_bytes()
-    assert split_container(data).version == DEPTHWISE_MODE_VERSION == (3, 4)
+    assert split_container(data).version == DEPTHWISE_MODE_VERSION == (4, 4)
     assert load_npub(data).to_bytes() == data
     assert not uses_instruction(relu_npub().code_segments[0], "MATMUL_DW")
     assert split_container(relu_npub().to_bytes()).version < LOOP_PHASE_VERSION
@@ -141,8 +141,8 @@ def test_a_binary_with_the_depthwise_mode_is_format_3_4_and_round_trips():
 @pytest.mark.parametrize("minor", [0, 2, 3])
 def test_the_depthwise_mode_under_an_older_version_is_refused(minor):
     c = split_container(_npub_with(assemble(DW_PROGRAM).encode()).to_bytes())
-    older = assemble_container(dataclasses.replace(c, version=(3, minor)))
-    with pytest.raises(BinaryFormatError, match=r"depthwise mode \(MATMUL_DW\), which exists from format 3.4"):
+    older = assemble_container(dataclasses.replace(c, version=(4, minor)))
+    with pytest.raises(BinaryFormatError, match=r"depthwise mode \(MATMUL_DW\), which exists from format 4.4"):
         load_npub(older)
 
 

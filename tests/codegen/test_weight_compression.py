@@ -1,6 +1,6 @@
 """Weight compression end to end: on a target with a weight decoder, weight loads become
 DMA_LOAD_DECODE of streams stored in place of the raw weights; the results stay bit-exact, the
-off-chip weight bytes drop, the binary (format 3.2) round-trips and its streams are checked."""
+off-chip weight bytes drop, the binary (format 4.2) round-trips and its streams are checked."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_binary_is_format_3_2_deterministic_and_loads():
     a, b = compile_graph(g, tgt, quantize="int8"), compile_graph(g, tgt, quantize="int8")
     data = a.to_bytes()
     assert data == b.to_bytes()
-    # 3.2 for the weight streams, 3.5 where a LOOP also has flag exceptions, 3.6 where loads use
+    # 4.2 for the weight streams, 4.5 where a LOOP also has flag exceptions, 4.6 where loads use
     # the target's stream buffers (each later version includes the earlier ones)
     assert tuple(int.from_bytes(data[i:i + 2], "little") for i in (8, 10)) in (
         WEIGHT_STREAMS_VERSION, LOOP_EXCEPTION_VERSION, STREAM_BUFFER_VERSION)
@@ -140,8 +140,8 @@ def test_a_truncated_or_misplaced_weight_streams_section_is_refused():
                 for s in c.sections)
     with pytest.raises(BinaryFormatError, match="WEIGHT_STREAMS section"):
         load_npub(assemble(dataclasses.replace(c, sections=cut)))
-    with pytest.raises(BinaryFormatError, match="exists from format 3.2"):
-        load_npub(assemble(dataclasses.replace(c, version=(3, 1))))
+    with pytest.raises(BinaryFormatError, match="exists from format 4.2"):
+        load_npub(assemble(dataclasses.replace(c, version=(4, 1))))
 
 
 def synthetic(data: bytes, loads, target):

@@ -87,9 +87,9 @@ def test_a_damaged_host_code_section_is_refused(cpu_model):
     cut = [RawSection(s.kind, s.flags, s.payload[:-3]) if s.kind == SectionKind.HOST_CODE else s for s in c.sections]
     with pytest.raises(BinaryFormatError, match="HOST_CODE section"):
         npuc.load(assemble(dataclasses.replace(c, sections=tuple(cut))))
-    as_3_0 = dataclasses.replace(c, version=(3, 0))
-    with pytest.raises(BinaryFormatError, match="exists from format 3.1"):
-        npuc.load(assemble(as_3_0))
+    as_4_0 = dataclasses.replace(c, version=(4, 0))
+    with pytest.raises(BinaryFormatError, match="exists from format 4.1"):
+        npuc.load(assemble(as_4_0))
     assert host.flags == 0  # optional: an older npuc skips it
 
 

@@ -112,7 +112,7 @@ def test_example_bytes_are_pinned():
     assert digest == PINNED_EXAMPLE_SHA256
 
 
-PINNED_EXAMPLE_SHA256 = "0389bf01aa0d01a1878d3bf4105dc94ef6344f84b96fb86498832793b856e6ff"
+PINNED_EXAMPLE_SHA256 = "6c6491ea089ec09aeccd40b6a4fef773a8aba86480677531324692688552a439"
 
 
 # ----------------------------------------------------------------------------------- layout
@@ -179,7 +179,7 @@ def test_newer_minor_with_unknown_required_section_is_refused():
 
 def test_current_minor_with_unknown_section_is_refused():
     data = _with_extra_section(FORMAT_VERSION[1], 40, 0)
-    with pytest.raises(BinaryFormatError, match="unknown to format version 3.0"):
+    with pytest.raises(BinaryFormatError, match="unknown to format version 4.0"):
         load(data)
 
 

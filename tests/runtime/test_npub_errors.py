@@ -166,19 +166,21 @@ def test_trailing_bytes_after_the_file():
 
 
 def test_newer_major_version():
-    msg = rejected(patched(8, "<H", 4), r"version 4\.0, a newer major version; this npuc reads version 3\.x")
+    msg = rejected(patched(8, "<H", 5), r"version 5\.0, a newer major version; this npuc reads version 4\.x")
     assert "header checksum" not in msg
 
 
 def test_newer_major_version_is_reported_before_the_checksum():
-    rejected(patched(8, "<H", 5, fix=False), r"version 5\.0, a newer major version")
+    rejected(patched(8, "<H", 6, fix=False), r"version 6\.0, a newer major version")
 
 
 def test_older_major_version():
     rejected(patched(8, "<H", 0), "older, unsupported")
-    # 1.x: three queues and neighbour-only tokens; 2.x: fixed 32-byte instruction words
-    rejected(patched(8, "<H", 1), r"version 1\.0, an older, unsupported major version; this npuc reads version 3\.x")
-    rejected(patched(8, "<H", 2), r"version 2\.0, an older, unsupported major version; this npuc reads version 3\.x")
+    # 1.x: three queues and neighbour-only tokens; 2.x: fixed 32-byte instruction words; 3.x: four
+    # queues (8-bit opcodes, 6 dependency flags)
+    rejected(patched(8, "<H", 1), r"version 1\.0, an older, unsupported major version; this npuc reads version 4\.x")
+    rejected(patched(8, "<H", 2), r"version 2\.0, an older, unsupported major version; this npuc reads version 4\.x")
+    rejected(patched(8, "<H", 3), r"version 3\.0, an older, unsupported major version; this npuc reads version 4\.x")
 
 
 # --------------------------------------------------------------------------------- target
@@ -292,7 +294,7 @@ def test_nonzero_padding_between_sections():
 
 
 def test_unknown_section_kind():
-    rejected(patched_entry(COUNT - 1, "kind", 99), "section kind 99 is unknown to format version 3.0")
+    rejected(patched_entry(COUNT - 1, "kind", 99), "section kind 99 is unknown to format version 4.0")
 
 
 def test_duplicate_section():

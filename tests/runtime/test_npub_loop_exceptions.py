@@ -1,4 +1,4 @@
-"""LOOP flag exceptions in the .npub container: a binary that uses them is format 3.5, a LOOP
+"""LOOP flag exceptions in the .npub container: a binary that uses them is format 4.5, a LOOP
 with phases but no exception is not, and a file that uses them under an older version is refused."""
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ def _npub(text: str):
     return dataclasses.replace(relu_npub(), code_segments=(assemble_program(text).encode(),), debug_map=None)
 
 
-def test_a_binary_with_flag_exceptions_is_format_3_5_and_round_trips():
+def test_a_binary_with_flag_exceptions_is_format_4_5_and_round_trips():
     n = _npub(EXCEPTED)
     data = n.to_bytes()
-    assert split_container(data).version == LOOP_EXCEPTION_VERSION == (3, 5)
+    assert split_container(data).version == LOOP_EXCEPTION_VERSION == (4, 5)
     assert LOOP_EXCEPTIONS in stream_features(n.code_segments[0])[1]
     back = load_npub(data)
     assert back.code_segments == n.code_segments and back.to_bytes() == data
@@ -47,7 +47,7 @@ def test_phases_alone_are_not_exceptions_and_exceptions_are_not_phases():
 @pytest.mark.parametrize("minor", [2, 3, 4])
 def test_exceptions_under_an_older_minor_version_are_refused(minor):
     c = split_container(_npub(EXCEPTED).to_bytes())
-    older = assemble(dataclasses.replace(c, version=(3, minor)))
-    with pytest.raises(BinaryFormatError, match="LOOP flag exceptions, which exist from format 3.5"):
+    older = assemble(dataclasses.replace(c, version=(4, minor)))
+    with pytest.raises(BinaryFormatError, match="LOOP flag exceptions, which exist from format 4.5"):
         load_npub(older)
     assert LOOP_PHASE_VERSION < LOOP_EXCEPTION_VERSION

@@ -1,4 +1,4 @@
-"""LOOP phases in the .npub container: a binary that uses them is format 3.3, one that does not
+"""LOOP phases in the .npub container: a binary that uses them is format 4.3, one that does not
 keeps its version and bytes, and a file that uses them under an older version is refused."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def _phased_npub():
     return dataclasses.replace(relu_npub(), code_segments=(assemble_program(PHASED).encode(),), debug_map=None)
 
 
-def test_a_binary_with_loop_phases_is_format_3_3_and_round_trips():
+def test_a_binary_with_loop_phases_is_format_4_3_and_round_trips():
     n = _phased_npub()
     data = n.to_bytes()
-    assert split_container(data).version == LOOP_PHASE_VERSION == (3, 3)
+    assert split_container(data).version == LOOP_PHASE_VERSION == (4, 3)
     back = load_npub(data)
     assert back.code_segments == n.code_segments and back.to_bytes() == data
 
@@ -37,7 +37,7 @@ def test_a_binary_without_phases_keeps_its_version():
     data = relu_npub().to_bytes()
     assert split_container(data).version == FORMAT_VERSION
     assert not uses_loop_phases(relu_npub().code_segments[0])
-    # a LOOP without a phase is no 3.3 feature either
+    # a LOOP without a phase is no 4.3 feature either
     rolled = assemble_program(PHASED.replace(" ph0=1", "").replace(" ph1=1", "")).encode()
     assert not uses_loop_phases(rolled) and uses_loop_phases(assemble_program(PHASED).encode())
     assert not uses_loop_phases(assemble_program(RELU_PROGRAM).encode())
@@ -46,6 +46,6 @@ def test_a_binary_without_phases_keeps_its_version():
 @pytest.mark.parametrize("minor", [0, 1, 2])
 def test_phases_under_an_older_minor_version_are_refused(minor):
     c = split_container(_phased_npub().to_bytes())
-    older = assemble(dataclasses.replace(c, version=(3, minor)))
-    with pytest.raises(BinaryFormatError, match="LOOP slots with a phase, which exist from format 3.3"):
+    older = assemble(dataclasses.replace(c, version=(4, minor)))
+    with pytest.raises(BinaryFormatError, match="LOOP slots with a phase, which exist from format 4.3"):
         load_npub(older)

@@ -1,4 +1,4 @@
-"""Loads on stream buffers in the .npub container: a binary whose loads use them is format 3.6,
+"""Loads on stream buffers in the .npub container: a binary whose loads use them is format 4.6,
 one without keeps its version, and a file that uses them under an older version is refused."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def _npub(text: str):
     return dataclasses.replace(relu_npub(), code_segments=(assemble_program(text).encode(),), debug_map=None)
 
 
-def test_a_binary_with_stream_loads_is_format_3_6_and_round_trips():
+def test_a_binary_with_stream_loads_is_format_4_6_and_round_trips():
     n = _npub(STREAMED)
     data = n.to_bytes()
-    assert split_container(data).version == STREAM_BUFFER_VERSION == (3, 6)
+    assert split_container(data).version == STREAM_BUFFER_VERSION == (4, 6)
     assert STREAM_LOADS in stream_features(n.code_segments[0])[1]
     back = load_npub(data)
     assert back.code_segments == n.code_segments and back.to_bytes() == data
@@ -43,6 +43,6 @@ def test_loads_without_stream_fields_keep_the_version():
 @pytest.mark.parametrize("minor", [2, 5])
 def test_stream_loads_under_an_older_minor_version_are_refused(minor):
     c = split_container(_npub(STREAMED).to_bytes())
-    older = assemble(dataclasses.replace(c, version=(3, minor)))
-    with pytest.raises(BinaryFormatError, match="stream buffers, which exist from format 3.6"):
+    older = assemble(dataclasses.replace(c, version=(4, minor)))
+    with pytest.raises(BinaryFormatError, match="stream buffers, which exist from format 4.6"):
         load_npub(older)

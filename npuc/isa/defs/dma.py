@@ -152,7 +152,7 @@ def transfer_problem(region: Region, target) -> str | None:
         return (f"the DMA side 0x{region.addr:x}..0x{region.end - 1:x} {where}; the system address map is "
                 + ", ".join(f"{x.memory.name} [0x{x.base:x}, 0x{x.end:x})" for x in target.windows))
     if region.writes and not w.memory.writable:
-        return f"a DMA_STORE may not write memory '{w.memory.name}': it is a read-only {w.memory.kind}"
+        return f"a DMA may not write memory '{w.memory.name}': it is a read-only {w.memory.kind}"
     return None
 
 
@@ -436,3 +436,66 @@ register(
 
 
 _STREAMED = frozenset({"DMA_LOAD", "DMA_LOAD_DECODE"})  # the instructions with stream buffers
+
+
+# ------------------------------------------------------------------------------------- DMA_COPY
+def _copy_regions(a) -> tuple[Region, Region]:
+    n = a.nbytes
+    return (Region(Mem.dram, a.src_addr, (1, 1, n), (n, n, 1), _RAW[1], "r", "src"),
+            Region(Mem.dram, a.dst_addr, (1, 1, n), (n, n, 1), _RAW[1], "w", "dst"))
+
+
+def copy_sides(regions: tuple[Region, ...], target) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """((port index, busy, latency) of the read side, the same of the write side) of a
+    memory-to-memory copy whose system-address-map regions are ``regions`` (source first)."""
+    out = []
+    for r in regions:
+        w = target.window_at(r.addr, r.end) or target.window_at(r.addr)
+        m = w.memory if w is not None else target.activation_memory
+        busy, latency = transfer_cycles(r, target)
+        out.append((target.ports.index(m.port), busy, latency))
+    return out[0], out[1]
+
+
+def _copy_timing(a, target, regions) -> tuple[int, int]:
+    """(busy, latency): the read side's busy cycles on its port (the write side holds its own
+    port beside it: ``copy_sides``), or both sides' when they share a port; the two latencies."""
+    (rp, rb, rl), (wp, wb, wl) = copy_sides(regions, target)
+    return (rb + wb if rp == wp else rb), rl + wl
+
+
+register(
+    InstrDef(
+        name="DMA_COPY",
+        opcode=0x24,
+        queue=Queue.copy,
+        unit=Unit.dma,
+        summary="Copy a run of bytes from one memory of the system address map to another, on the background copy queue.",
+        fields=(
+            addr("src_addr", DRAM_ADDR_BITS, "byte address of the first byte read (system address map)"),
+            addr("dst_addr", DRAM_ADDR_BITS, "byte address of the first byte written (system address map)"),
+            uint("nbytes", 24, "bytes copied", lo=1),
+        ),
+        regions=_copy_regions,
+        execute=_copy,
+        timing=_copy_timing,
+        actions=_actions,
+        semantics_doc="The `nbytes` bytes at `src_addr` are copied to `dst_addr` (the two runs must not "
+        "overlap). Both sides are addresses of the system address map: a copy stages weights from "
+        "the flash into the shared SRAM while the load and store queues serve the kernels, so the "
+        "layer that reads them later loads them at the SRAM's rate.",
+        timing_doc="Each side is a contiguous run in one memory's window, rounded up to whole bursts "
+        "of that memory. The copy starts when the read side's port is free and holds it for ceil(burst bytes / "
+        "`memory.SRC.bytes_per_cycle`) cycles; the write side takes ceil(burst bytes / "
+        "`memory.DST.bytes_per_cycle`) cycles of its own port from when that port is next free "
+        "(the writes are buffered; both sides are counted on one port when the two memories share it); it completes `memory.SRC.latency_cycles + "
+        "memory.DST.latency_cycles` after the read side is done. Copies of the copy queue are "
+        "pipelined and retire in order, as the transfers of the load and store queues. A side that "
+        "spans two windows or leaves every window, and a write to a flash memory, are refused "
+        "before the program runs.",
+        energy_doc="The burst-rounded bytes of each side, counted for the memory it falls in "
+        "(`memory.SRC.read_pj_per_byte`, `memory.DST.write_pj_per_byte`); no scratchpad bytes.",
+        validate=lambda a: ("the source and destination runs overlap" if a.src_addr < a.dst_addr + a.nbytes
+                            and a.dst_addr < a.src_addr + a.nbytes else None),
+    )
+)

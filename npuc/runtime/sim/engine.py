@@ -1,12 +1,12 @@
-"""The event-driven core: four in-order queues, shared units, dependency tokens.
+"""The event-driven core: five in-order queues, shared units, dependency tokens.
 
 Each step starts, among the queue heads that are not waiting on an empty token channel, the one
 that can start earliest; on a tie the one that has waited longest for its unit goes first (the
 DRAM port serves loads and stores in the order they asked for it, so a stream of loads never
-starves a store), then the lower queue number (load, compute, store, vector).  A
+starves a store), then the lower queue number (load, compute, store, vector, copy).  A
 head can start once
 
-* its queue allows it: on the load and store queues when the previous transfer has left its
+* its queue allows it: on the load, store and copy queues when the previous transfer has left its
   port (transfers are pipelined; a transfer to a memory behind another port may start beside
   the previous one, as a DMA engine with a channel per port does); on an execute queue (compute, vector) when every earlier
   instruction of that queue has completed, except right after an instruction its definition
@@ -18,7 +18,9 @@ head can start once
   two touch the same bytes with one of them writing (the hardware interlocks: an accumulating
   ``MATMUL_OS`` into the tile still draining waits for the drain);
 * its unit is free (a DMA's unit is the port of the memory its address falls in: one port is
-  shared by loads and stores and by every memory behind it; DMAs on different ports overlap);
+  shared by loads, stores and copies and by every memory behind it; DMAs on different ports
+  overlap; a copy between memories behind two ports starts when its read side's port is free,
+  and takes its write side's busy cycles on the other port from when that one is next free);
 * the tokens it waits for have arrived (a token arrives when its sender completes).
 
 Instructions of every queue complete in order (an instruction started beside a longer one
@@ -136,6 +138,9 @@ def _run(steps: Sequence[Step], state: MachineState | None, observe: Observer | 
         issue_end = start + s.busy
         end = issue_end + s.latency
         ufree[s.resource] = issue_end
+        if s.also is not None:  # a copy's write side: its cycles on its own port, as soon as that port is free
+            r = s.also[0]
+            ufree[r] = max(ufree[r], start) + s.also[1]
         if _EXECUTES[best_q]:
             last_own_end[best_q] = issue_end  # its own work: the drain (latency) may overlap the next
             end = max(end, qfree[best_q])  # in-order completion

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from npuc.errors import SimulationError
 from npuc.isa.actions import Actions
-from npuc.isa.defs.dma import stream_problem, transfer_problem
+from npuc.isa.defs.dma import copy_sides, stream_problem, transfer_problem
 from npuc.isa.enums import Mem, Queue, Unit
 from npuc.isa.instr import Deps, FieldError, Instr, InstrDef, program_problem
 from npuc.isa.loops import expand, has_loops
@@ -47,6 +47,7 @@ class Step:
     actions: tuple[int, ...]
     may_follow: tuple[str, ...]
     pipelines_after: tuple[str, ...]
+    also: tuple[int, int] | None = None  # (resource, busy cycles): a second port it holds from its start (DMA_COPY's write side)
 
 
 def describe(index: int, ins: Instr, origin: Sequence[int] | None = None) -> str:
@@ -127,7 +128,7 @@ def port_resource(port: int) -> int:
 
 def resource(d: InstrDef, regions: tuple[Region, ...], target: Target) -> int:
     """What an instruction of ``d`` with ``regions`` occupies while busy: its unit, or (a DMA)
-    the port of the memory its DRAM side falls in."""
+    the port of the memory its DRAM side falls in (a copy's: the side it reads)."""
     if d.unit is not Unit.dma:
         return int(d.unit)
     side = next((r for r in regions if r.mem is Mem.dram), None)
@@ -145,6 +146,8 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
     reason = d.check(a, target)
     regions = d.regions(a)
     for r in regions:
+        if r.mem not in d.queue.reaches:
+            reason = reason or f"internal error: an instruction of the {d.queue.name} queue touches {r.mem.name}"
         reason = reason or r.problem(sizes[r.mem])
         if r.mem is Mem.dram and not reason:
             reason = transfer_problem(r, target)
@@ -152,6 +155,10 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
     act: Actions = d.actions(a, target, regions)
+    also = None
+    if d.queue is Queue.copy:
+        (rp, _, _), (wp, wb, _) = copy_sides(regions, target)
+        also = (port_resource(wp), wb) if wp != rp else None
     return Step(
         ins,
         d,
@@ -165,4 +172,5 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         act.flat(len(target.memories)),
         d.may_follow,
         d.pipelines_after,
+        also,
     )

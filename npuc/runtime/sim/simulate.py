@@ -87,6 +87,8 @@ def _result(steps, sched, target: Target, state: MachineState | None, origin=Non
         unit_busy[s.unit] += s.busy
         if s.resource in resource_port and s.unit == Unit.dma:
             port_busy[resource_port[s.resource]] += s.busy
+        if s.also is not None:
+            port_busy[resource_port[s.also[0]]] += s.also[1]
     queue_busy = _queue_busy(steps, sched)
     n = len(target.memories)
     totals = np.array([s.actions for s in steps], dtype=np.int64).sum(axis=0) if steps else None
