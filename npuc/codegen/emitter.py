@@ -42,7 +42,10 @@ _COMPUTE = int(Queue.compute)
 _NQ = len(Queue)
 _EXECUTES = tuple(q.executes for q in Queue)
 _PRUNE_EVERY = 512
-_REACHED_BY = {m: tuple(int(q) for q in Queue if m in q.reaches) for m in Mem}  # the queues that may touch each memory
+_COPY = int(Queue.copy)
+# the queues that may touch each memory, but the copy queue: it may lag far behind, so the
+# accesses forgotten without it are remembered as a horizon it orders after (Emitter._prune)
+_REACHED_BY = {m: tuple(int(q) for q in Queue if m in q.reaches and q is not Queue.copy) for m in Mem}
 _BIG = 1 << 62
 
 
@@ -86,6 +89,9 @@ class Emitter:
         self._reads: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._writes: dict[Mem, list[list[tuple[int, int, int]]]] = {m: [[] for _ in range(_NQ)] for m in Mem}
         self._last = [-1] * _NQ  # last program index per queue
+        # per queue, the latest of its system-memory accesses forgotten before the copy queue
+        # knew it complete: a copy orders after it (every earlier one of its queue with it)
+        self._horizon = [-1] * _NQ
         self._pending = [0] * _NQ  # waits of each queue's next instruction (queue bits)
         self._made: list[int] = []  # the producers the last instruction issued was linked after
         self._label = ""
@@ -224,6 +230,10 @@ class Emitter:
         be complete (every older one is too)."""
         known = self._known[q]
         needs: dict[int, int] = {}
+        if q == _COPY:
+            for p, h in enumerate(self._horizon):
+                if h > known[p]:
+                    needs[p] = h
         for mem, writes, lo, hi in accesses:
             tables = (self._writes[mem], self._reads[mem]) if writes else (self._writes[mem],)
             for p in range(_NQ):
@@ -276,7 +286,9 @@ class Emitter:
 
     def _prune(self) -> None:
         """Forget accesses that every other queue that may touch their memory
-        (:attr:`Queue.reaches`) already knows to be complete."""
+        (:attr:`Queue.reaches`) already knows to be complete; the copy queue, which may lag
+        far behind, is not waited for: it orders after the latest access forgotten before it
+        knew it complete (``_horizon``), conservatively."""
         for p in range(_NQ):
             for mem, others in _REACHED_BY.items():
                 done = min((self._known[q][p] for q in others if q != p), default=_BIG)
@@ -284,5 +296,7 @@ class Emitter:
                     lst = table[mem][p]
                     k = bisect.bisect_right(lst, (done, _BIG, _BIG))
                     if k:
+                        if mem in Queue.copy.reaches and lst[k - 1][0] > self._known[_COPY][p]:
+                            self._horizon[p] = max(self._horizon[p], lst[k - 1][0])
                         del lst[:k]
 

@@ -81,6 +81,8 @@ class LocalEmitter:
         return len(self.em)
 
     def emit(self, op: str, /, **fields: Any) -> int:
+        if op == "DMA_COPY":
+            return self._copy(fields["src_addr"], fields["dst_addr"], fields["nbytes"])
         if op not in ("DMA_LOAD", "DMA_STORE"):
             return self.em.emit(op, **fields)
         addr = fields["dram_addr"]
@@ -113,3 +115,36 @@ class LocalEmitter:
         src, dst = (other, local) if op == "DMA_LOAD" else (local, other)
         vector_nd(self.em, "VUN", shape, {"dst": dst, "src": src}, op="copy", dtype=_COPY_DTYPE[es].name)
         return len(self.em) - 1
+
+    def _side(self, addr: int, n: int) -> tuple[bool, int]:
+        """(whether it is in the scratchpad, its address there or in the system address map) of
+        one side of a memory-to-memory copy of ``n`` bytes at DRAM-side ``addr``."""
+        for lo, hi, delta, what in self.moves:
+            if lo <= addr < hi:
+                if addr + n > hi:
+                    raise CompileError(f"internal error: a copy crosses the end of the rows of {what} its chain holds")
+                return False, addr + delta
+        for lo, hi, delta, what in self.windows:
+            if lo <= addr < hi:
+                if addr + n > hi:
+                    raise CompileError(f"internal error: a copy crosses the end of the scratchpad window of {what}")
+                return True, addr + delta
+        if self.strict is not None and self.strict[0] <= addr < self.strict[1]:
+            raise CompileError(f"internal error: a fused chain member copies DRAM 0x{addr:x} outside the rows its "
+                               "chain holds")
+        return False, addr
+
+    def _copy(self, src: int, dst: int, n: int) -> int:
+        """A ``DMA_COPY`` of ``n`` bytes whose sides may live in the scratchpad: a copy between
+        two memories of the system address map stays one; one side on chip makes it a load or a
+        store; both, a vector copy."""
+        (s_local, s), (d_local, d) = self._side(src, n), self._side(dst, n)
+        if not s_local and not d_local:
+            return self.em.emit("DMA_COPY", src_addr=s, dst_addr=d, nbytes=n)
+        if s_local and d_local:
+            vector_nd(self.em, "VUN", (1, 1, n), {"dst": (d, (n, n, 1)), "src": (s, (n, n, 1))}, op="copy",
+                      dtype=_COPY_DTYPE[1].name)
+            return len(self.em) - 1
+        if d_local:
+            return self.em.emit("DMA_LOAD", esize=1, dram_addr=s, local_addr=d, n0=n)
+        return self.em.emit("DMA_STORE", esize=1, dram_addr=d, local_addr=s, n0=n)

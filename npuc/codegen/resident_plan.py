@@ -114,8 +114,20 @@ class _Counter:
     def __len__(self) -> int:
         return self.n
 
+    def _name(self, addr: int) -> str:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        return self.ranges[i][2] if i >= 0 and addr < self.ranges[i][1] else "?"
+
     def emit(self, op: str, /, **fields: Any) -> int:
         self.n += 1
+        if op == "DMA_COPY":  # memory to memory: a read of its source, a write of its destination
+            d = get_def(op)
+            for r in d.regions(build_args(d, fields)):
+                name = self._name(r.addr)
+                table = self.stores if r.writes else self.loads
+                table[name] = table.get(name, 0) + r.burst_bytes(self.bursts.get(name, 1))
+                self.elements[name] = self.elements.get(name, 0) + r.count
+            return self.n - 1
         if op in ("DMA_LOAD", "DMA_STORE"):
             from npuc.codegen.local_memory import dma_bytes
 

@@ -314,11 +314,11 @@ def choose(target: Target, p: ArrayProblem, walk: int = WALKED) -> Choice:
     """The cheapest tiling of ``p`` that fits ``target``; CompileError when none does.
 
     Every fitting candidate is ranked by the walk-free estimate; the ``walk`` best are costed
-    by the full model and the cheapest of those wins.  Choices are memoised per target and
-    (address-normalised) problem; the prices behind them per problem and target at any
+    by the full model and the cheapest of those wins.  Choices are memoised per target,
+    (address-normalised) problem and the memories its tensors lie in; the prices behind them per problem and target at any
     scratchpad size (:class:`Prices`), so that the same layer planned in less of the
     scratchpad (the network-level memory plan tries several splits) costs only what is new."""
-    key = (target, _normalized(p), walk)
+    key = (target, _normalized(p), _windows(target, p), walk)  # the memories the tensors lie in price their transfers
     hit = _MEMO.get(key)
     return _MEMO.put(key, _choose(target, p, walk)) if hit is None else hit
 

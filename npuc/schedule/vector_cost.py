@@ -207,7 +207,7 @@ def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape
     res = shape.resource if shape.unit != _DMA else resource(d, regions, target)
     also = None
     if d.queue is Queue.copy:  # its write side holds a second port (npuc.runtime.sim.prepare)
-        (rp, _, _), (wp, wb, _) = copy_sides(regions, target)
+        (rp, _, _), (wp, wb, _) = copy_sides(d.regions(build_args(d, fields)), target)
         also = (port_resource(wp), wb) if wp != rp else None
     plain = MachineStep(shape.instr, d, regions, shape.queue, shape.unit, res, shape.busy, shape.latency, (), (), (),
                         d.may_follow, d.pipelines_after, also)

@@ -108,3 +108,17 @@ def test_bad_copies_are_refused_before_they_run():
 def test_the_copy_queue_reaches_only_the_system_address_map():
     assert Queue.copy.reaches == frozenset({Mem.dram})
     assert Mem.dram not in Queue.compute.reaches and Mem.dram not in Queue.vector.reaches
+
+
+def test_a_copy_after_the_emitter_has_forgotten_old_accesses_still_orders_after_them():
+    """The emitter forgets accesses every queue but the copy queue knows complete (every 512
+    instructions); a copy issued later over bytes a forgotten store wrote waits for it anyway."""
+    em = Emitter(U55)
+    for k in range(600):
+        em.emit("DMA_LOAD", dram_addr=64 * k, local_addr=64 * (k % 4), esize=1, n0=64)
+        em.emit("DMA_STORE", dram_addr=65536 + 64 * k, local_addr=64 * (k % 4), esize=1, n0=64)
+    em.emit("DMA_COPY", src_addr=FLASH.base, dst_addr=65536, nbytes=64)
+    program, _ = em.finish()
+    copy = program.instrs[-2]
+    assert copy.op == "DMA_COPY" and Queue.store in copy.deps.waits
+    simulate(program, U55, _image())  # no race

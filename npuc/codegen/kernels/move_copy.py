@@ -18,6 +18,11 @@ in long contiguous runs and does any reordering on chip:
    vector copy per 2-D slice (``vector_nd``: the two largest dimensions per instruction)
    writes the destination's order, broadcasting by zero strides, and the tile is stored.
 
+A copy whose two views are one dense run each (a staged weight tensor, a reshape that needs
+no reorder) does not pass through the scratchpad: it is ``DMA_COPY`` instructions on the copy
+queue, :data:`COPY_CHUNK` bytes each, memory to memory, beside the load and store queues (where a
+side lives in the scratchpad, ``npuc.codegen.local_memory`` makes it a load or a store).
+
 No arithmetic: values are copied bit for bit.
 """
 
@@ -38,6 +43,7 @@ from npuc.kir.tensor import DramTensor
 from npuc.errors import CompileError
 
 NSETS = 3
+COPY_CHUNK = 1024  # bytes per DMA_COPY: the ports it shares with the kernels' transfers are taken in slices this long
 MIN_RUN = 32  # elements kept along each side's innermost dimension (whole 64-byte bursts of fp16)
 
 
@@ -48,6 +54,7 @@ class CopyPlan:
     shape: tuple[int, ...]
     extents: tuple[int, ...]
     reorder: bool
+    direct: bool = False  # memory to memory on the copy queue (one dense run each side)
 
 
 def _canon(k: Kernel) -> tuple[DramTensor, DramTensor]:
@@ -139,6 +146,10 @@ class CopyKernel:
     def plan(self, kernel: Kernel, target) -> Plan:
         src, dst = _canon(kernel)
         es = dst.dtype.size
+        if _direct(src, dst):
+            n = dst.numel * es
+            summary = f"copy {n} bytes memory to memory on the copy queue ({-(-n // COPY_CHUNK)} DMA_COPY)"
+            return tile_plan(summary, self.program(kernel, CopyPlan(dst.shape, dst.shape, False, True), target), target)
         per_set = target.scratchpad.size_bytes // NSETS
         budget = overlap_cap(dst.numel, per_set // es, 8192 // es)
         while True:
@@ -163,6 +174,12 @@ class CopyKernel:
         p: CopyPlan = choice
         es = dst.dtype.size
         tb = TileBuilder(target, kernel)
+        if p.direct:
+            n = dst.numel * es
+            for i, at in enumerate(range(0, n, COPY_CHUNK)):
+                tb.at(i)
+                tb.emit("DMA_COPY", src_addr=src.addr + at, dst_addr=dst.addr + at, nbytes=min(COPY_CHUNK, n - at))
+            return tb.finish(f"{-(-n // COPY_CHUNK)} runs of {COPY_CHUNK} bytes", choice)
         tile_bytes = math.prod(p.extents) * es
         uniq_bytes = math.prod(e for d, e in enumerate(p.extents) if src.strides[d] != 0) * es
         sets = []
@@ -203,6 +220,12 @@ class CopyKernel:
 
         pipeline(len(boxes), fetch, compute, NSETS, tb)
         return tb.finish(f"tiles {list(p.extents)} of {list(p.shape)}", choice)
+
+
+def _direct(src: DramTensor, dst: DramTensor) -> bool:
+    """Whether the copy is one dense run on each side (memory to memory, no scratchpad)."""
+    es = dst.dtype.size
+    return src.rank == dst.rank == 1 and src.strides == dst.strides == (es,)
 
 
 def _raw_dtype(es: int) -> str:
