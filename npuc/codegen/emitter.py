@@ -1,7 +1,7 @@
 """Instruction emission with automatic dependency tokens.
 
 Kernels write instructions in *program order*, as if the machine ran them one after the other:
-load a tile, multiply it, store the result.  The :class:`Emitter` then makes the three queues of
+load a tile, multiply it, store the result.  The :class:`Emitter` then makes the queues of
 the decoupled machine respect that order exactly where it matters, and nowhere else: for every
 instruction it finds the earlier instructions of *other* queues whose memory regions conflict with
 its own (read after write, write after read, write after write; scratchpad, accumulator and DRAM

@@ -355,7 +355,7 @@ def kept_cycles(k: Kernel, m: LoweredModel, spad_bytes: int, buffers: dict, kept
     """Cycles of ``k`` planned on ``spad_bytes`` of scratchpad with the tensors ``kept`` (name ->
     scratchpad address) in the scratchpad: its emission recorded through the
     :class:`~npuc.codegen.local_memory.LocalEmitter` the code generator gives it (their DMAs
-    become scratchpad copies) and walked on the four-queue timeline, as every tile program's
+    become scratchpad copies) and walked on the queue timeline, as every tile program's
     estimate is."""
     from npuc.codegen.kernels.fused_chain import kernel_steps, with_scratchpad
     from npuc.codegen.local_memory import RESIDENT_BASE

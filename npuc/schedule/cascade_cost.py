@@ -465,7 +465,7 @@ def constant_loads_streamed(steps, constants, target) -> tuple:
 
 def program_estimate(steps, target, cycles: int | None = None) -> Estimate:
     """Cycles, off-chip bytes, scratchpad copy bytes, MACs and energy of a list of steps (a tile
-    program's, or a kernel's emission recorded): cycles by the four-queue timeline walk
+    program's, or a kernel's emission recorded): cycles by the queue timeline walk
     (``npuc.schedule.vector_cost``; ``cycles`` when already walked), energy from every
     instruction's own energy actions (the counts the simulator sums) priced by the target's
     energy table, plus static energy over the cycles.  Nothing is estimated by hand: this is what

@@ -6,7 +6,7 @@ unit, then latency; the formulas of docs/isa.md) and run on the simulator's own 
 (``npuc.runtime.sim.engine.run``, timing only), so that the queues, units and the DRAM port are
 arbitrated by the one rule the machine follows:
 
-* a step starts after the previous step of its queue (the load and store queues pipeline: the
+* a step starts after the previous step of its queue (the load, store and copy queues pipeline: the
   next transfer starts when the previous one has left its port; the execute queues start when
   the previous instruction has completed, except where the definition's ``may_follow`` or
   ``pipelines_after`` lets it start beside or right behind it: LOAD_WEIGHTS beside a MATMUL,
@@ -14,7 +14,7 @@ arbitrated by the one rule the machine follows:
 * after every earlier step of another queue that touches the same bytes with one of the two
   writing has completed (what the emitter's tokens enforce: the walk gives each such pair a
   token, the latest one per queue, leaving out those already implied by earlier ones);
-* when its unit is free; the DRAM port (shared by loads and stores) goes to the transfer that
+* when its unit is free; the DRAM port (shared by loads, stores and copies) goes to the transfer that
   asked for it first, not to the one first in program order.
 
 The estimate is the time the last step completes.  Nothing is counted by hand: a kernel that
@@ -220,7 +220,7 @@ def _with_tokens(m: MachineStep, waits: tuple[int, ...], signals: tuple[int, ...
 
 
 def timeline(steps: Iterable[Step], target: Any) -> list[Timed]:
-    """Every step of ``steps`` placed on the four-queue timeline (see the module docstring)."""
+    """Every step of ``steps`` placed on the queue timeline (see the module docstring)."""
     prepared = machine_steps(steps, target)
     sched = engine.run(prepared, None)
     return [Timed(s.queue, a, b) for s, a, b in zip(prepared, sched.starts, sched.ends)]
