@@ -24,7 +24,7 @@ issues fewer or cheaper steps is cheaper because its description says so.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from npuc.isa.enums import Mem, Queue, Unit
@@ -158,19 +158,38 @@ def machine_steps(steps: Iterable[Step], target: Any) -> list[MachineStep]:
     return out
 
 
-_PLACED: dict[Any, tuple[dict, dict]] = {}  # target -> ((op, fields) -> placement, shape key -> shape)
+_PLACED: dict[Any, tuple[dict, dict]] = {}  # size-free target -> ((op, fields) -> placement, shape key -> shape)
 _PLACED_KEPT = 1 << 16  # placements kept per target before they are forgotten
+_SIZE_FREE: dict[Any, Any] = {}  # target -> its key in _PLACED (_size_free)
+
+
+def _size_free(target: Any) -> Any:
+    """``target`` with a scratchpad of 0 bytes: what a step's placement depends on.  A placement
+    (the step's timing, its regions and the unit or DMA port it occupies) reads the target's
+    units, bandwidths and memory windows but never how large the scratchpad is, and the cost
+    model walks the same steps on many sizes of it (each split of the on-chip plan, the members'
+    part of every chain it prices): keyed by the whole target, the four kept here were forgotten
+    at nearly every chain."""
+    got = _SIZE_FREE.get(target)
+    if got is None:
+        if len(_SIZE_FREE) >= 1024:
+            _SIZE_FREE.clear()
+        pad = getattr(target, "scratchpad", None)
+        got = _SIZE_FREE[target] = replace(target, scratchpad=replace(pad, size_bytes=0)) if pad is not None else target
+    return got
 
 
 def _placements(target: Any) -> tuple[dict, dict]:
     """The placements (``_place``'s results, by op and fields) and shapes worked out so far for
-    ``target``: a pure function of the step and the target, shared by every walk (the programs
-    the cost model compares share most of their steps)."""
-    got = _PLACED.get(target)
+    ``target``: a pure function of the step and the target less its scratchpad's size
+    (:func:`_size_free`), shared by every walk (the programs the cost model compares share most
+    of their steps)."""
+    key = _size_free(target)
+    got = _PLACED.get(key)
     if got is None or len(got[0]) > _PLACED_KEPT:
         if len(_PLACED) >= 4:
             _PLACED.clear()
-        got = _PLACED[target] = ({}, {})
+        got = _PLACED[key] = ({}, {})
     return got
 
 
@@ -179,6 +198,7 @@ def clear_memo() -> None:
     """Forget the placements and walks memoised so far (a cold start, as a fresh process's)."""
     global _walked
     _PLACED.clear()
+    _SIZE_FREE.clear()
     _WALKS.clear()
     _walked = 0
 

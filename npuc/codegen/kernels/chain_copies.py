@@ -141,7 +141,7 @@ def _minus(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, in
     return [p for x0, x1 in spans for p in ((x0, min(x1, lo)), (max(x0, hi), x1)) if p[0] < p[1]]
 
 
-def _readers_until_dead(steps: list[Step], start: int, lo: int, hi: int, keep: tuple[int, int] | None) -> list[int] | None:
+def _readers_until_dead(steps: "_Compact", start: int, lo: int, hi: int, keep: tuple[int, int] | None) -> list[int] | None:
     """The steps after ``start`` that read bytes of [lo, hi) still holding what ``start`` left
     there, up to where every byte has been overwritten (or the program ends).  None when that
     cannot be told (a read partly of such bytes, a read of bytes a strided write may or may not
@@ -151,7 +151,7 @@ def _readers_until_dead(steps: list[Step], start: int, lo: int, hi: int, keep: t
     unsure: list[tuple[int, int]] = []  # bytes a strided write may have hit
     out = []
     for i in range(start + 1, min(len(steps), start + SCAN)):
-        acc = _spad_accesses(steps[i])
+        acc = steps.accesses(i)
         if keep and any(a.writes and a.lo < keep[1] and keep[0] < a.hi for a in acc):
             return None
         reads = [a for a in acc if a.reads and a.lo < hi and lo < a.hi]
@@ -182,19 +182,19 @@ def _readers_until_dead(steps: list[Step], start: int, lo: int, hi: int, keep: t
     return out if start + SCAN >= len(steps) else None
 
 
-def _elide_load(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
+def _elide_load(steps: "_Compact", c: int, src: int, dst: int, n: int) -> bool:
     readers = _readers_until_dead(steps, c, dst, dst + n, (src, src + n))
     if readers is None:
         return False
     return _move_and_drop(steps, c, readers, dst, dst + n, src - dst)
 
 
-def _elide_store(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
+def _elide_store(steps: "_Compact", c: int, src: int, dst: int, n: int) -> bool:
     if _readers_until_dead(steps, c, src, src + n, None) != []:
         return False  # the tile is read again: it must stay where it is
     producers = []
     for i in range(c - 1, max(-1, c - SCAN), -1):
-        acc = _spad_accesses(steps[i])
+        acc = steps.accesses(i)
         if any(a.lo < dst + n and dst < a.hi for a in acc):
             return False
         touching = [a for a in acc if a.lo < src + n and src < a.hi]
@@ -208,7 +208,7 @@ def _elide_store(steps: list[Step], c: int, src: int, dst: int, n: int) -> bool:
     return _move_and_drop(steps, c, producers, src, src + n, dst - src)
 
 
-def _move_and_drop(steps: list[Step], c: int, moving: list[int], lo: int, hi: int, delta: int) -> bool:
+def _move_and_drop(steps: "_Compact", c: int, moving: list[int], lo: int, hi: int, delta: int) -> bool:
     """Move the accesses of steps ``moving`` within [lo, hi) by ``delta`` and drop the copy at
     ``c``; nothing changes (False) when any of those steps cannot be moved."""
     moved = [_moved(steps[i], lo, hi, delta) for i in moving]
@@ -225,25 +225,34 @@ def elide_copies(steps: tuple[Step, ...], chain_lo: int) -> tuple[Step, ...]:
     address ``chain_lo``) and the members' buffers (below it) elided where the module docstring
     allows: stores first (a member writes the chain buffer), then loads (a member reads it)."""
     work: list[Step | None] = list(steps)
+    compact = _Compact(work)
     for store in (True, False):
         for c in range(len(work)):
-            s = work[c]
-            bc = _block_copy(s) if s is not None else None
+            bc = compact.block_copy(c)
             if bc is None:
                 continue
             src, dst, n = bc
             if store and src < chain_lo <= dst:
-                _elide_store(_Compact(work), c, src, dst, n)
+                _elide_store(compact, c, src, dst, n)
             elif not store and dst < chain_lo <= src:
-                _elide_load(_Compact(work), c, src, dst, n)
+                _elide_load(compact, c, src, dst, n)
     return tuple(s for s in work if s is not None)
 
 
 class _Compact(list):
-    """The working list, elided steps (None) read as steps that touch nothing."""
+    """The working list, elided steps (None) read as steps that touch nothing.
+
+    It also holds what :func:`_spad_accesses` and :func:`_block_copy` say of each step, worked
+    out on first use and forgotten when the step is rewritten: the scans past (and before) every
+    copy read the same steps many times over, each time hashing the step to look it up in the
+    process-wide memo, and both passes over the copies decoded every step again; that was a
+    good part of the elision's time.  Both are functions of the step alone, so the elision is
+    the same."""
 
     def __init__(self, work: list) -> None:
         self.work = work
+        self._accesses: list[tuple[_Access, ...] | None] = [None] * len(work)
+        self._copies: list[tuple[tuple[int, int, int] | None] | None] = [None] * len(work)
 
     def __len__(self) -> int:
         return len(self.work)
@@ -254,6 +263,23 @@ class _Compact(list):
 
     def __setitem__(self, i, v) -> None:
         self.work[i] = v
+        self._accesses[i] = None
+        self._copies[i] = None
+
+    def accesses(self, i: int) -> tuple[_Access, ...]:
+        """:func:`_spad_accesses` of step ``i`` (none for an elided step)."""
+        got = self._accesses[i]
+        if got is None:
+            got = self._accesses[i] = _spad_accesses(self[i])
+        return got
+
+    def block_copy(self, i: int) -> tuple[int, int, int] | None:
+        """:func:`_block_copy` of step ``i`` (None for an elided step)."""
+        got = self._copies[i]
+        if got is None:
+            s = self.work[i]
+            got = self._copies[i] = (_block_copy(s) if s is not None else None,)
+        return got[0]
 
 
 _NOTHING = Step("NOP", (), -1)
