@@ -467,7 +467,7 @@ def _copy_timing(a, target, regions) -> tuple[int, int]:
 register(
     InstrDef(
         name="DMA_COPY",
-        opcode=0x24,
+        opcode=0x14,
         queue=Queue.copy,
         unit=Unit.dma,
         summary="Copy a run of bytes from one memory of the system address map to another, on the background copy queue.",
