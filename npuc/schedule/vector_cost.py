@@ -33,8 +33,7 @@ from npuc.kir.tile_program import DRAM_ADDRESS_FIELDS, LOCAL_ADDRESS_FIELDS, Ste
 from npuc.memo import on_forget
 from npuc.runtime.sim import engine
 from npuc.runtime.sim.prepare import Step as MachineStep
-from npuc.runtime.sim.prepare import channel, port_resource, resource
-from npuc.isa.defs.dma import copy_sides
+from npuc.runtime.sim.prepare import channel, resource, second_port
 
 _NQ = len(Queue)
 # the order in which a step looks for the steps it waits on: the execute queues first, whose
@@ -225,10 +224,7 @@ def _place(s: Step, target: Any, shapes: dict[tuple, "_Shape"]) -> tuple["_Shape
     regions = tuple(spans)
     d = shape.defn
     res = shape.resource if shape.unit != _DMA else resource(d, regions, target)
-    also = None
-    if d.queue is Queue.copy:  # its write side holds a second port (npuc.runtime.sim.prepare)
-        (rp, _, _), (wp, wb, _) = copy_sides(d.regions(build_args(d, fields)), target)
-        also = (port_resource(wp), wb) if wp != rp else None
+    also = second_port(d, d.regions(build_args(d, fields)), target) if d.queue is Queue.copy else None
     plain = MachineStep(shape.instr, d, regions, shape.queue, shape.unit, res, shape.busy, shape.latency, (), (), (),
                         d.may_follow, d.pipelines_after, also)
     return shape, regions, res, plain

@@ -122,3 +122,30 @@ def test_a_copy_after_the_emitter_has_forgotten_old_accesses_still_orders_after_
     copy = program.instrs[-2]
     assert copy.op == "DMA_COPY" and Queue.store in copy.deps.waits
     simulate(program, U55, _image())  # no race
+
+
+def test_the_copy_kernel_of_a_dense_run_is_dma_copy_and_its_estimate_is_the_simulated_time():
+    """A ``copy`` kernel of one dense run each side (a staged weight tensor: flash to SRAM) is
+    DMA_COPY in COPY_CHUNK slices, no scratchpad; the cost model's walk of its tile program gives
+    the cycles the simulator gives the program."""
+    from npuc.codegen.kernel import get_kernel
+    from npuc.codegen.kernels.move_copy import COPY_CHUNK
+    from npuc.isa.enums import DType
+    from npuc.kir.kernel import Kernel
+    from npuc.kir.tensor import DramTensor
+
+    n = 5 * COPY_CHUNK + 100
+    k = Kernel("w.copy", "copy", (DramTensor("w", (n,), DType.int8, FLASH.base),),
+               DramTensor("w.staged", (n,), DType.int8, 8192), dtype=DType.int8)
+    impl = get_kernel("copy")
+    plan = impl.plan(k, U55)
+    assert plan.spad_bytes == 0
+    em = Emitter(U55)
+    impl.emit(k, plan, em)
+    program, _ = em.finish()
+    assert {ins.op for ins in program} == {"DMA_COPY", "END"}
+    img = np.zeros(FLASH.base + n, np.uint8)
+    img[FLASH.base:] = np.arange(n) % 253
+    r = simulate(program, U55, img)
+    assert np.array_equal(np.frombuffer(r.dram, np.uint8)[8192:8192 + n], np.arange(n) % 253)
+    assert plan.est_cycles == r.total_cycles

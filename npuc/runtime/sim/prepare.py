@@ -47,7 +47,7 @@ class Step:
     actions: tuple[int, ...]
     may_follow: tuple[str, ...]
     pipelines_after: tuple[str, ...]
-    also: tuple[int, int] | None = None  # (resource, busy cycles): a second port it holds from its start (DMA_COPY's write side)
+    also: tuple[int, int] | None = None  # (resource, busy cycles) it takes on a second port: a copy's write side (second_port)
 
 
 def describe(index: int, ins: Instr, origin: Sequence[int] | None = None) -> str:
@@ -140,6 +140,15 @@ def resource(d: InstrDef, regions: tuple[Region, ...], target: Target) -> int:
     return port_resource(target.ports.index(w.memory.port))
 
 
+def second_port(d: InstrDef, regions: tuple[Region, ...], target: Target) -> tuple[int, int] | None:
+    """(resource, busy cycles) an instruction takes on a port besides its ``resource``: a copy
+    between memories behind two ports, its write side's (None for every other instruction)."""
+    if d.queue is not Queue.copy:
+        return None
+    (rp, _, _), (wp, wb, _) = copy_sides(regions, target)
+    return (port_resource(wp), wb) if wp != rp else None
+
+
 def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step:
     d = ins.defn
     a = ins.args
@@ -155,10 +164,6 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         raise SimulationError(f"{describe(index, ins)}: {reason}")
     busy, latency = d.timing(a, target, regions)
     act: Actions = d.actions(a, target, regions)
-    also = None
-    if d.queue is Queue.copy:
-        (rp, _, _), (wp, wb, _) = copy_sides(regions, target)
-        also = (port_resource(wp), wb) if wp != rp else None
     return Step(
         ins,
         d,
@@ -172,5 +177,5 @@ def _step(index: int, ins: Instr, target: Target, sizes: dict[Mem, int]) -> Step
         act.flat(len(target.memories)),
         d.may_follow,
         d.pipelines_after,
-        also,
+        second_port(d, regions, target),
     )
