@@ -115,6 +115,7 @@ class _Counter:
         return self.n
 
     def _name(self, addr: int) -> str:
+        """The tensor whose synthetic range holds ``addr`` ("?" when none does)."""
         i = bisect.bisect_right(self.starts, addr) - 1
         return self.ranges[i][2] if i >= 0 and addr < self.ranges[i][1] else "?"
 
@@ -132,8 +133,7 @@ class _Counter:
             from npuc.codegen.local_memory import dma_bytes
 
             mv = dma_bytes(op, fields)
-            i = bisect.bisect_right(self.starts, mv.addr) - 1
-            name = self.ranges[i][2] if i >= 0 and mv.addr < self.ranges[i][1] else "?"
+            name = self._name(mv.addr)
             d = get_def(op)
             dram = next(r for r in d.regions(build_args(d, fields)) if r.mem is Mem.dram)
             burst = self.bursts.get(name, 1)

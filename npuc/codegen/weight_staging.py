@@ -6,15 +6,15 @@ convolution whose weights do not fit the scratchpad beside its tiles, reloaded p
 pays each re-read at the flash's price.  :func:`stage_weights` puts a ``copy`` kernel before such
 a kernel that moves the weights once into a buffer of the fastest memory that holds activations
 (the shared SRAM), and points the kernel at that copy; the memory plan places the copy by
-liveness like any activation (from the copy kernel to its reader).  The copy runs on the DMA
-queues right after the previous kernel's loads, during that kernel's compute (with the
-prefetch of ``npuc.codegen.prefetch`` keeping their scratchpads apart), so the weights of the
-next layer are fetched while the current one computes.
+liveness like any activation (from the copy kernel to its reader).  The copy is ``DMA_COPY``
+on the copy queue (``npuc.codegen.kernels.move_copy``): memory to memory, beside the previous
+kernel's transfers and without its scratchpad, so the weights of the next layer are fetched
+while the current one computes.
 
 The choice is the cost model's: every kernel is planned and counted as the on-chip plan does
 (``npuc.codegen.resident_plan.kernel_traffic``); a constant is staged when the flash bytes its
 reads would save exceed what the copy costs (one read of it from its memory, in whole bursts, one write and
-its re-reads in the faster memory, the copy's scratchpad bytes), and only for kernels that are
+its re-reads in the faster memory), and only for kernels that are
 not fused chains (whose members address their constants themselves).
 """
 
@@ -61,7 +61,6 @@ def worth_staging(m: LoweredModel) -> dict[str, tuple[str, float]]:
         return {}
     t = m.target
     w = t.weight_memory
-    e = t.energy
     buffers = {b.name: b for b in m.buffers}
     users = _users(m)
     out: dict[str, tuple[str, float]] = {}
@@ -82,8 +81,7 @@ def worth_staging(m: LoweredModel) -> dict[str, tuple[str, float]]:
                     continue
                 now = reads * w.read_pj_per_byte
                 copied = -(-size // w.burst_bytes) * w.burst_bytes  # the copy reads it as one run, in whole bursts
-                staged = (copied * w.read_pj_per_byte + size * (fast.write_pj_per_byte + e.spad_read_pj_per_byte
-                                                                + e.spad_write_pj_per_byte) + reads * fast.read_pj_per_byte)
+                staged = copied * w.read_pj_per_byte + size * fast.write_pj_per_byte + reads * fast.read_pj_per_byte
                 if now > staged:
                     out[n] = (k.name, now - staged)
     return out

@@ -12,7 +12,7 @@ from npuc.codegen.emitter import Emitter
 from npuc.errors import CompileError, SimulationError
 from npuc.isa import assemble
 from npuc.isa.encoding import decode_program, encode_program
-from npuc.isa.enums import Mem, Queue
+from npuc.isa.enums import Queue
 from npuc.runtime.sim import simulate
 from npuc.targets import load_target
 
@@ -103,11 +103,6 @@ def test_bad_copies_are_refused_before_they_run():
     em = Emitter(U55)
     with pytest.raises(CompileError, match="overlap"):
         em.emit("DMA_COPY", src_addr=0, dst_addr=32, nbytes=64)
-
-
-def test_the_copy_queue_reaches_only_the_system_address_map():
-    assert Queue.copy.reaches == frozenset({Mem.dram})
-    assert Mem.dram not in Queue.compute.reaches and Mem.dram not in Queue.vector.reaches
 
 
 def test_a_copy_after_the_emitter_has_forgotten_old_accesses_still_orders_after_them():
