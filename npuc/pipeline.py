@@ -460,7 +460,8 @@ def backend_stages(target: Any, precision: Any, model_name: str,
     def codegen(plan: Any) -> Compiled:
         segs = [s for s in plan.model.segments if isinstance(s, NpuSegment)]
         emitted = [emit_segment(s, target, plan.kernel_splits(i), prefetch=resident is True) for i, s in enumerate(segs)]
-        programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target)
+        programs, blob, compression = compress_weight_loads([list(e.instrs) for e in emitted], plan, target,
+                                                           [e.labels for e in emitted])
         programs = assign_streams(programs, plan, target)
         if blob != plan.constants:  # compressed, or tile loads reordered into contiguous runs
             plan = replace(plan, constants=blob)

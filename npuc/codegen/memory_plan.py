@@ -83,6 +83,7 @@ class MemoryPlanResult:
     resident_bytes: int = 0                         # top of the scratchpad kept for on-chip tensors (the most)
     on_chip: Any = None                             # the choice (npuc.codegen.resident_plan.OnChip)
     staged: Any = None                              # weights staged: constant -> (reader, saving pJ)
+    prefetched: tuple = ()                          # weights copied ahead (npuc.codegen.weight_staging.Prefetch)
 
     def offset(self, buffer: str) -> int:
         return self._offsets[buffer]
@@ -136,12 +137,29 @@ def lifetimes(m: LoweredModel) -> dict[str, tuple[int, int]]:
 
 
 def plan_memory(m: LoweredModel, resident: bool | str = False) -> MemoryPlanResult:
-    """Place every buffer of ``m`` and relocate its kernels to absolute addresses; ``resident``:
-    first stage the weights that a kernel re-reads from a slow memory in a faster one
-    (``npuc.codegen.weight_staging``, when the staged copies fit) and let the cost model keep
-    activations in the scratchpad across kernels (``npuc.codegen.resident_plan``); ``"not-slower"``:
-    keep only those that make no kernel slower (``choose_on_chip(cycles_not_worse=True)``), and
-    stage no weights."""
+    """Place every buffer of ``m`` and relocate its kernels to absolute addresses.
+
+    On a target whose weights live in a slower memory than its activations, the kernels that
+    the cost model finds much faster with their weights in the faster memory read copies of
+    them made ahead, in the weight memory's idle time (``npuc.codegen.weight_staging``,
+    :func:`~npuc.codegen.weight_staging.prefetch_weights`; planned without them when they do not
+    fit).  ``resident``: also stage the weights that a kernel re-reads from a slow memory in a
+    faster one (when the staged copies fit) and let the cost model keep activations in the
+    scratchpad across kernels (``npuc.codegen.resident_plan``); ``"not-slower"``: keep only
+    those that make no kernel slower (``choose_on_chip(cycles_not_worse=True)``), and stage no
+    weights."""
+    from npuc.codegen.weight_staging import prefetch_weights
+
+    ahead, prefetched = prefetch_weights(m)
+    if prefetched:
+        try:
+            return replace(_plan_staged(ahead, resident), prefetched=tuple(prefetched))
+        except CompileError:
+            pass  # the copies do not fit beside the activations: plan without them
+    return _plan_staged(m, resident)
+
+
+def _plan_staged(m: LoweredModel, resident: bool | str) -> MemoryPlanResult:
     if resident is True:
         from npuc.codegen.weight_staging import stage_weights
 
@@ -400,6 +418,9 @@ def memory_plan_text(p: MemoryPlanResult) -> str:
     lines += _on_chip_lines(p)
     for c, (reader, saved) in sorted((p.staged or {}).items()):
         lines.append(f"  staged: {c} copied to a faster memory before {reader} (estimated saving {saved / 1e6:.3f} uJ)")
+    for f in p.prefetched:
+        lines.append(f"  prefetched: {', '.join(f.consts)} copied to a faster memory {f.reader - f.at} kernels ahead of "
+                     f"{f.name} (estimated saving {f.saving:,} cycles)")
     for pl in sorted(p.placed, key=lambda x: (x.offset, x.buffer.name)):
         if pl.memory == "scratchpad":
             continue

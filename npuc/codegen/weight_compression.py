@@ -30,6 +30,7 @@ per-layer lower bounds read the stored sizes from it.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,8 +59,11 @@ def _loadable(ins: Instr) -> bool:
     return ins.op == "DMA_LOAD" and a.esize == 1 and a.local is Space.spad
 
 
-def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[list[list[Instr]], bytes, WeightStreams]:
-    """The programs with qualifying weight loads decoded, the new constants blob, the record."""
+def compress_weight_loads(programs: list[list[Instr]], plan, target,
+                          labels: list[tuple[str, ...]] | None = None) -> tuple[list[list[Instr]], bytes, WeightStreams]:
+    """The programs with qualifying weight loads decoded, the new constants blob, the record;
+    ``labels``: each program's instruction labels (the kernel that emitted each), which let a
+    staged constant's copy and its reader's loads be found (:func:`_staged_copies`)."""
     if target.weight_decoder is None or not plan.constants:
         return programs, plan.constants, WeightStreams()
     base = next(off for _, kind, off, _ in plan.regions if kind == "CONSTANTS")
@@ -69,7 +73,7 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
     starts = [e[0] for e in entries]
     blob_end = base + len(plan.constants)
     users: dict[int, list[tuple[int, int]]] = {}   # entry index -> [(program, instruction)]
-    refused: set[int] = set()
+    refused: dict[int, set[tuple[int, int]]] = {}  # entry index -> the instructions that keep it raw
     for pi, prog in enumerate(programs):
         for ii, ins in enumerate(prog):
             r = _dram_region(ins)
@@ -80,7 +84,7 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
             if not inside or not _loadable(ins):
                 for j, (off, n) in enumerate(entries):  # every constant this instruction touches stays raw
                     if off < r.end and r.addr < off + n:
-                        refused.add(j)
+                        refused.setdefault(j, set()).add((pi, ii))
                 continue
             users.setdefault(e, []).append((pi, ii))
     blob = bytearray(plan.constants)
@@ -88,12 +92,17 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
     out = [list(p) for p in programs]
     streams: list[WeightStream] = []
     done: list[CompressedConstant] = []
-    for e in sorted(users):
-        if e in refused:
+    staged = _staged_copies(programs, labels, plan, entries) if labels is not None else {}
+    staged = {e: c for e, c in staged.items() if e not in users and refused.get(e) == set(c.copies)}
+    for e in sorted(set(users) | set(staged)):
+        if e in refused and e not in staged:
             continue
-        tries = [_compress_constant(programs, users[e], entries[e], view, base, target, grouped)
-                 for grouped in (True, False)]
-        placed = min((x for x in tries if x is not None), key=lambda x: (x.moved, x.stored), default=None)
+        if e in staged:
+            placed = _compress_staged(programs, staged[e], entries[e], view, base, target, out)
+        else:
+            tries = [_compress_constant(programs, users[e], entries[e], view, base, target, grouped)
+                     for grouped in (True, False)]
+            placed = min((x for x in tries if x is not None), key=lambda x: (x.moved, x.stored), default=None)
         if placed is None:
             continue
         off, size = entries[e]
@@ -105,6 +114,7 @@ def compress_weight_loads(programs: list[list[Instr]], plan, target) -> tuple[li
                 streams.append(WeightStream(at, len(data), len(decoded), zlib.crc32(decoded)))
         for (pi, ii), (at, nbytes, coded) in placed.loads.items():
             ins = programs[pi][ii]
+            at += placed.reads_at - off
             out[pi][ii] = _decode_load(ins, at, nbytes) if coded else _contiguous_load(ins, at)
         if any(parts is not None for _, parts, _ in placed.streams):  # else only reordered: stored raw
             done.append(CompressedConstant(off, size, placed.stored))
@@ -121,6 +131,7 @@ class _Placed:
         self.loads: dict[tuple[int, int], tuple[int, int, bool]] = {}
         self.stored = 0
         self.moved = 0  # bytes its loads move, in whole bursts
+        self.reads_at = 0  # where the loads read the constant's first byte (its own address, or its staged copy's)
 
 
 def _addresses(r) -> np.ndarray:
@@ -178,6 +189,7 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
     if stored > size:
         return None
     placed = _Placed()
+    placed.reads_at = off
     at = off
     run_at = []
     for a, parts, offsets in runs:
@@ -199,6 +211,123 @@ def _compress_constant(programs, users, entry, view, base, target, grouped: bool
             new_moved += -(-nbytes // burst) * burst
     placed.moved = new_moved
     return placed if new_moved < raw_moved else None
+
+
+@dataclass(frozen=True)
+class _StagedCopy:
+    """A constant copied whole into a faster memory before the kernel that reads it
+    (``npuc.codegen.weight_staging``): the copy's address, its ``DMA_COPY`` slices and the
+    reader's loads of it (program, instruction)."""
+
+    at: int
+    copies: tuple[tuple[int, int], ...]
+    loads: tuple[tuple[int, int], ...]
+
+
+def _staged_copies(programs, labels, plan, entries) -> dict[int, _StagedCopy]:
+    """Entry index -> its staged copy, for every constant whose staged copy qualifies: the copy
+    kernel's instructions are ``DMA_COPY`` slices that copy the constant, each to the same
+    offset of the copy, together once; every instruction of its readers that touches the copy
+    is a byte-wise ``DMA_LOAD`` into the scratchpad that reads inside it; all in one program;
+    and the first of those loads reads bytes of the slice issued last (the copy of a staged
+    constant is issued last slice first, ``npuc.codegen.kernels.move_copy``), so every load
+    orders after the whole copy and the copied bytes may be repacked."""
+    from npuc.codegen.weight_staging import STAGED
+    from npuc.kir.program import NpuSegment
+
+    placed = {p.buffer.name: p for p in plan.placed}
+    index = {off: e for e, (off, _) in enumerate(entries)}
+    writer: dict[str, str] = {}  # kernel -> the staged copy it writes
+    readers: dict[str, list[str]] = {}  # kernel -> the staged copies it reads
+    for seg in plan.model.segments:
+        if not isinstance(seg, NpuSegment):
+            continue
+        for lk in seg.kernels:
+            k = lk.kernel
+            if k.kind == "copy" and k.output.name.endswith(STAGED):
+                writer[lk.name] = k.output.name
+            for name in {x.name for x in k.tensors()} - {k.output.name}:
+                if name.endswith(STAGED):
+                    readers.setdefault(lk.name, []).append(name)
+    found: dict[str, tuple[list, list]] = {}
+    bad: set[str] = set()
+    for pi, prog in enumerate(programs):
+        for ii, ins in enumerate(prog):
+            label = labels[pi][ii]
+            name = writer.get(label)
+            if name is not None:
+                found.setdefault(name, ([], []))[0].append((pi, ii))
+                if ins.op != "DMA_COPY":
+                    bad.add(name)
+                continue
+            for name in readers.get(label, ()):
+                b = placed.get(name)
+                if b is None:
+                    continue
+                lo, hi = b.offset, b.offset + b.buffer.nbytes
+                for r in ins.defn.regions(ins.args):
+                    if r.mem is Mem.dram and r.addr < hi and lo < r.end:
+                        found.setdefault(name, ([], []))[1].append((pi, ii))
+                        if not (_loadable(ins) and lo <= r.addr and r.end <= hi):
+                            bad.add(name)
+    out: dict[int, _StagedCopy] = {}
+    for name, (copies, loads) in found.items():
+        c, b = placed.get(name[:-len(STAGED)]), placed.get(name)
+        if name in bad or not copies or not loads or c is None or b is None or c.buffer.kind != CONSTANT:
+            continue
+        e = index.get(c.offset)
+        if e is None or len({pi for pi, _ in copies + loads}) != 1 or max(copies) > min(loads):
+            continue
+        slices = sorted((programs[pi][ii].args for pi, ii in copies), key=lambda a: a.dst_addr)
+        at = b.offset
+        if (any(a.src_addr - c.offset != a.dst_addr - at for a in slices)
+                or any(x.dst_addr + x.nbytes != y.dst_addr for x, y in zip(slices, slices[1:]))
+                or slices[0].dst_addr != at or slices[-1].dst_addr + slices[-1].nbytes != at + c.buffer.nbytes):
+            continue
+        last = programs[max(copies)[0]][max(copies)[1]].args
+        first = _dram_region(programs[min(loads)[0]][min(loads)[1]])
+        if not (first.addr < last.dst_addr + last.nbytes and last.dst_addr < first.end):
+            continue
+        out[e] = _StagedCopy(at, tuple(copies), tuple(loads))
+    return out
+
+
+def _compress_staged(programs, sc: _StagedCopy, entry, view, base, target, out) -> _Placed | None:
+    """A staged constant's new contents (as :func:`_compress_constant` makes them from its
+    reader's loads of the copy), packed at the end of its bytes, and its copy's slices (in
+    ``out``) rewritten to copy only those: the copy then reads fewer bytes of the slow memory.
+    The slices keep their count and order, each copying an even share of the packed bytes in
+    whole bursts, none below its old first byte (a slice writes only bytes that the slices
+    issued up to it already cleared for writing); the reader's loads order after the whole
+    copy (:func:`_staged_copies`).  None when the packed bytes save no whole burst of the copy."""
+    off, size = entry
+    delta = off - sc.at
+    shadow: dict[int, dict[int, Instr]] = {}
+    for pi, ii in sc.loads:
+        ins = programs[pi][ii]
+        shadow.setdefault(pi, {})[ii] = Instr(ins.op, ins.args._replace(dram_addr=ins.args.dram_addr + delta), ins.deps)
+    tries = [_compress_constant(shadow, list(sc.loads), entry, view, base, target, grouped) for grouped in (True, False)]
+    placed = min((x for x in tries if x is not None), key=lambda x: (x.stored, x.moved), default=None)
+    if placed is None:
+        return None
+    burst = target.window_at(off).memory.burst_bytes
+    shift = (size - placed.stored) // burst * burst
+    copies = sorted(sc.copies, key=lambda ref: programs[ref[0]][ref[1]].args.dst_addr)
+    n, total = len(copies), size - shift
+    bursts = -(-total // burst)
+    if shift == 0 or bursts < n:
+        return None
+    bounds = [shift + (j * bursts // n) * burst for j in range(n)] + [size]
+    if any(bounds[j] < programs[pi][ii].args.dst_addr - sc.at for j, (pi, ii) in enumerate(copies)):
+        return None
+    for j, (pi, ii) in enumerate(copies):
+        ins = programs[pi][ii]
+        out[pi][ii] = Instr(ins.op, ins.args._replace(src_addr=off + bounds[j], dst_addr=sc.at + bounds[j],
+                                                      nbytes=bounds[j + 1] - bounds[j]), ins.deps)
+    placed.streams = [(at + shift, parts, decoded) for at, parts, decoded in placed.streams]
+    placed.loads = {ref: (at + shift, nbytes, coded) for ref, (at, nbytes, coded) in placed.loads.items()}
+    placed.reads_at = sc.at
+    return placed
 
 
 def _grouped_blocks(programs, users, regions) -> list[tuple[tuple, Region]]:

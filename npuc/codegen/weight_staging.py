@@ -20,7 +20,7 @@ not fused chains (whose members address their constants themselves).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from npuc.isa.enums import DType
 from npuc.kir.kernel import Kernel
@@ -87,6 +87,109 @@ def worth_staging(m: LoweredModel) -> dict[str, tuple[str, float]]:
     return out
 
 
+PREFETCH_GAIN = 0.9  # a kernel's constants are prefetched when its estimate with them in the SRAM is below this share
+ROOM = 0.85  # the share of the activation memory that activations and prefetched weights may fill together
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """The constants of one kernel copied ahead into the faster memory: the kernel (its index in
+    its segment and name), the constants, the kernel before which the copy is issued (an index
+    in the same segment) and the cycles the cost model expects the reader to save."""
+
+    reader: int
+    name: str
+    consts: tuple[str, ...]
+    at: int
+    saving: int
+
+
+def _estimates(m: LoweredModel, k: Kernel, buffers: dict, staged: tuple[str, ...] = ()):
+    """The cost model's traffic of ``k`` planned on the whole scratchpad, with the constants
+    ``staged`` in the fastest memory that holds activations (as their copies would be)."""
+    from npuc.codegen.resident_plan import kernel_traffic
+
+    if staged:
+        buffers = {**buffers, **{n: replace(buffers[n], kind=ACTIVATION) for n in staged}}
+    return kernel_traffic(k, m, m.target.scratchpad.size_bytes, buffers)
+
+
+def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
+    """Which kernels read their constants from copies made ahead, and where each copy is issued.
+
+    A kernel whose cost-model estimate drops below :data:`PREFETCH_GAIN` of itself with its own
+    constants (read by no other kernel) in the faster memory is a reader.  The copies run on the
+    copy queue in program order, each in the weight memory's idle time: walking the segment
+    forward, the copy of each reader in turn takes the idle cycles of the weight memory's port
+    (a kernel's estimated cycles less the cycles its own reads of that memory take) from where
+    the previous copy ended, and is issued before the kernel where its first cycle falls.  A
+    copy issued early holds its buffer longer: it is moved later until the activations live at
+    each step and the copies live there fit :data:`ROOM` of the faster memory."""
+    from npuc.codegen.memory_plan import align, lifetimes
+
+    fast = _faster(m)
+    if fast is None:
+        return []
+    w = m.target.weight_memory
+    buffers = {b.name: b for b in m.buffers}
+    users = _users(m)
+    life = lifetimes(m)
+    steps = 1 + max((b for _, b in life.values()), default=0)
+    live = [0] * steps  # activation bytes live at each step, in the faster memory
+    for b in m.buffers:
+        if b.kind != CONSTANT and b.name in life:
+            lo, hi = life[b.name]
+            for st in range(lo, hi + 1):
+                live[st] += align(b.nbytes)
+    room = int(fast.size_bytes * ROOM)
+    out: list[Prefetch] = []
+    step = 0
+    for s in m.segments:
+        if not isinstance(s, NpuSegment):
+            step += 1
+            continue
+        first = step
+        step += len(s.kernels)
+        idle, readers = [], []
+        for i, lk in enumerate(s.kernels):
+            k = lk.kernel
+            now = _estimates(m, k, buffers)
+            busy = now.memory_bytes.get(w.name, (0, 0))[0] / w.bytes_per_cycle
+            idle.append(max(0.0, now.cycles - busy))
+            if k.kind in ("fused_chain", "copy"):
+                continue
+            consts = tuple(sorted(n for n in {x.name for x in k.tensors()}
+                                  if buffers[n].kind == CONSTANT and users[n] == [k.name]))
+            if not consts:
+                continue
+            staged = _estimates(m, k, buffers, consts)
+            if staged.cycles < now.cycles * PREFETCH_GAIN:
+                readers.append((i, lk.name, consts, now.cycles, staged.cycles))
+        cursor, used = 0, 0.0
+        for i, name, consts, before, after in readers:
+            nbytes = sum(align(buffers[n].nbytes) for n in consts)
+            need = sum(-(-buffers[n].nbytes // w.burst_bytes) * w.burst_bytes for n in consts) / w.bytes_per_cycle
+            at, j, u = min(cursor, i), cursor, used
+            while j < i and need > 0:
+                take = min(max(0.0, idle[j] - u), need)
+                need -= take
+                u += take
+                if need > 0:
+                    j, u = j + 1, 0.0
+            saving = int(before - after - need)  # the part of the copy no idle time hides, the reader waits for
+            if saving < (1 - PREFETCH_GAIN) * before:
+                continue
+            while at < i and any(live[st] + nbytes > room for st in range(first + at, first + i + 1)):
+                at += 1
+            if live[first + i] + nbytes > room:
+                continue  # no room for the copy even beside its reader alone
+            cursor, used = j, u
+            for st in range(first + at, first + i + 1):
+                live[st] += nbytes
+            out.append(Prefetch(i, name, consts, at, saving))
+    return out
+
+
 def _renamed(x: DramTensor, names: dict[str, str]) -> DramTensor:
     return replace(x, name=names[x.name]) if x.name in names else x
 
@@ -97,32 +200,60 @@ def _reading_staged(k: Kernel, names: dict[str, str]) -> Kernel:
                    epilogue=epi)
 
 
-def stage_weights(m: LoweredModel) -> tuple[LoweredModel, dict[str, tuple[str, float]]]:
-    """``m`` with a ``copy`` kernel staging each constant worth it (module docstring), and what
-    was staged (constant -> (reader, estimated saving))."""
-    chosen = worth_staging(m)
-    if not chosen:
-        return m, {}
+def _with_copies(m: LoweredModel, by_kernel: dict[str, list[str]], before: dict[str, str]) -> LoweredModel:
+    """``m`` with a ``copy`` kernel for each constant of ``by_kernel`` (reader -> constants),
+    issued before the kernel ``before[reader]`` names (the reader itself when absent), and each
+    reader pointed at the copies."""
     buffers = {b.name: b for b in m.buffers}
-    by_kernel: dict[str, list[str]] = {}
-    for c, (kname, _) in sorted(chosen.items()):
-        by_kernel.setdefault(kname, []).append(c)
     new_buffers = list(m.buffers)
     segments = []
     for s in m.segments:
         if not isinstance(s, NpuSegment):
             segments.append(s)
             continue
+        copies: dict[str, list[LKernel]] = {}
+        for lk in s.kernels:
+            for i, c in enumerate(by_kernel.get(lk.name, [])):
+                n = buffers[c].nbytes
+                new_buffers.append(Buffer(c + STAGED, n, ACTIVATION))
+                copy = Kernel(f"{lk.name}.weights{i or ''}", "copy", (DramTensor(c, (n,), DType.int8),),
+                              DramTensor(c + STAGED, (n,), DType.int8), dtype=DType.int8)
+                copies.setdefault(before.get(lk.name, lk.name), []).append(LKernel(copy, ("copy",), lk.loc, 0))
         kernels = []
         for lk in s.kernels:
-            consts = by_kernel.get(lk.name, [])
-            names = {c: c + STAGED for c in consts}
-            for i, c in enumerate(consts):
-                n = buffers[c].nbytes
-                new_buffers.append(Buffer(names[c], n, ACTIVATION))
-                copy = Kernel(f"{lk.name}.weights{i or ''}", "copy", (DramTensor(c, (n,), DType.int8),),
-                              DramTensor(names[c], (n,), DType.int8), dtype=DType.int8)
-                kernels.append(LKernel(copy, ("copy",), lk.loc, 0))
+            kernels += copies.get(lk.name, [])
+            names = {c: c + STAGED for c in by_kernel.get(lk.name, [])}
             kernels.append(replace(lk, kernel=_reading_staged(lk.kernel, names)) if names else lk)
         segments.append(replace(s, kernels=tuple(kernels)))
-    return replace(m, segments=tuple(segments), buffers=tuple(new_buffers)), chosen
+    return replace(m, segments=tuple(segments), buffers=tuple(new_buffers))
+
+
+def stage_weights(m: LoweredModel) -> tuple[LoweredModel, dict[str, tuple[str, float]]]:
+    """``m`` with a ``copy`` kernel staging each constant worth it (module docstring), and what
+    was staged (constant -> (reader, estimated saving))."""
+    chosen = worth_staging(m)
+    if not chosen:
+        return m, {}
+    by_kernel: dict[str, list[str]] = {}
+    for c, (kname, _) in sorted(chosen.items()):
+        by_kernel.setdefault(kname, []).append(c)
+    return _with_copies(m, by_kernel, {}), chosen
+
+
+def prefetch_weights(m: LoweredModel) -> tuple[LoweredModel, list[Prefetch]]:
+    """``m`` with the copies :func:`plan_prefetch` chooses issued where it places them, and the
+    choices."""
+    chosen = plan_prefetch(m)
+    if not chosen:
+        return m, []
+    by_kernel: dict[str, list[str]] = {}
+    before: dict[str, str] = {}
+    for s in m.segments:
+        if not isinstance(s, NpuSegment):
+            continue
+        order = [lk.name for lk in s.kernels]
+        for p in chosen:
+            if p.name in order:
+                by_kernel[p.name] = list(p.consts)
+                before[p.name] = order[p.at]
+    return _with_copies(m, by_kernel, before), chosen

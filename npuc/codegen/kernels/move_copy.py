@@ -21,7 +21,10 @@ in long contiguous runs and does any reordering on chip:
 A copy whose two views are one dense run each (a staged weight tensor, a reshape that needs
 no reorder) does not pass through the scratchpad: it is ``DMA_COPY`` instructions on the copy
 queue, :data:`COPY_CHUNK` bytes each, memory to memory, beside the load and store queues (where a
-side lives in the scratchpad, ``npuc.codegen.local_memory`` makes it a load or a store).
+side lives in the scratchpad, ``npuc.codegen.local_memory`` makes it a load or a store).  A
+staged weight's copy (``npuc.codegen.weight_staging``) is issued last slice first: its reader's
+first load, which reads the first bytes, then orders after the whole copy, so weight compression
+(``npuc.codegen.weight_compression``) may repack the copied bytes without breaking an order.
 
 No arithmetic: values are copied bit for bit.
 """
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
 from npuc.codegen.kernel import register_kernel
+from npuc.codegen.weight_staging import STAGED
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
@@ -176,7 +180,10 @@ class CopyKernel:
         tb = TileBuilder(target, kernel)
         if p.direct:
             n = dst.numel * es
-            for i, at in enumerate(range(0, n, COPY_CHUNK)):
+            starts = range(0, n, COPY_CHUNK)
+            if dst.name.endswith(STAGED):  # last slice first: its reader's first load waits for the whole copy
+                starts = starts[::-1]
+            for i, at in enumerate(starts):
                 tb.at(i)
                 tb.emit("DMA_COPY", src_addr=src.addr + at, dst_addr=dst.addr + at, nbytes=min(COPY_CHUNK, n - at))
             return tb.finish(f"{-(-n // COPY_CHUNK)} runs of {COPY_CHUNK} bytes", choice)
