@@ -22,6 +22,15 @@ bytes and its loads then move fewer bytes, in whole bursts of the memory it live
 did raw; otherwise it stays as it was.  (A constant rewritten with raw runs only is reordered,
 not compressed: the record leaves it out.)
 
+A constant copied whole into a faster memory before its reader (``npuc.codegen.weight_staging``:
+staged, or copied kernels ahead) is read by ``DMA_COPY`` slices, not loads, and qualifies when
+its copy does (:func:`_staged_copies`): its streams are made from the reader's loads of the copy,
+as if they read the constant, and packed at the end of the constant's bytes; the copy's slices
+are shrunk to those bytes and the reader's loads read the streams from the copy.  The copy of
+a staged constant is issued last slice first, so the reader's first load (of the first bytes)
+orders after the whole copy; each slice moves a share of the packed bytes no lower than the
+bytes it used to copy, which the slices issued up to it have cleared for writing.
+
 The record of what was compressed (:class:`~npuc.runtime.npub_model.WeightStreams`) goes into the binary's
 WEIGHT_STREAMS section (docs/binary-format.md): the profile's compulsory weight bytes and the
 per-layer lower bounds read the stored sizes from it.

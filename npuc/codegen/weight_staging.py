@@ -11,7 +11,12 @@ on the copy queue (``npuc.codegen.kernels.move_copy``): memory to memory, beside
 kernel's transfers and without its scratchpad, so the weights of the next layer are fetched
 while the current one computes.
 
-The choice is the cost model's: every kernel is planned and counted as the on-chip plan does
+:func:`prefetch_weights` (on wherever the weight memory is slower: the memory plan calls it
+first) copies the constants of the kernels that the cost model finds much faster with them in
+the faster memory, kernels ahead, in the weight memory's idle time (:func:`plan_prefetch`).
+Weight compression keeps both kinds of copy compressed (``npuc.codegen.weight_compression``).
+
+The choice of what :func:`stage_weights` stages is the cost model's: every kernel is planned and counted as the on-chip plan does
 (``npuc.codegen.resident_plan.kernel_traffic``); a constant is staged when the flash bytes its
 reads would save exceed what the copy costs (one read of it from its memory, in whole bursts, one write and
 its re-reads in the faster memory), and only for kernels that are
