@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
+from npuc.codegen.weight_staging import STAGED
 from npuc.codegen.kernel import get_kernel
 from npuc.codegen.reroll import roll
 from npuc.kir.plan import Plan
 from npuc.errors import CompileError
+from npuc.isa.enums import Queue
 from npuc.isa.instr import Program
 from npuc.kir.program import LKernel, NpuSegment
 from npuc.runtime.npub_model import DebugEntry
@@ -82,6 +84,10 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
     window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
     for lk, plan, base, acc, kt, limit in zip(seg.kernels, plans, bases, acc_bases, targets, limits):
         kem = LocalEmitter(em, kt, window) if window else em
+        if lk.kernel.kind == "copy" and lk.kernel.output.name.endswith(STAGED):
+            # a weight copy issued ahead takes the weight memory's port only once the loads of the
+            # kernels before it have left, so that it runs in the idle time it was placed in
+            em.wait_for(Queue.copy, Queue.load)
         try:
             with em.source(lk.name):
                 get_kernel(lk.kernel.kind).emit(lk.kernel, plan, ShiftedEmitter(kem, kt, base, limit, acc)

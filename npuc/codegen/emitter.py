@@ -160,6 +160,14 @@ class Emitter:
         self.loops.append((start, len(body), nest.n))
         self.loop_moves.append(tuple((j, *move) for j, mv in enumerate(moves) for move in mv))
 
+    def wait_for(self, q: Queue, on: Queue) -> None:
+        """Make queue ``q``'s next instruction start only after every instruction of queue ``on``
+        emitted so far has completed (a token from the latest of them, unless ``q`` already
+        knows it complete)."""
+        j = self._last[int(on)]
+        if j > self._known[int(q)][int(on)]:
+            self._link(int(on), j, int(q))
+
     def finish(self) -> tuple[Program, tuple[str, ...]]:
         """Append END and return the program with its tokens, and each instruction's label."""
         if not self._finished:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from npuc.isa.enums import DType
 from npuc.kir.kernel import Kernel
 from npuc.kir.program import ACTIVATION, CONSTANT, Buffer, LKernel, LoweredModel, NpuSegment
@@ -94,6 +96,7 @@ def worth_staging(m: LoweredModel) -> dict[str, tuple[str, float]]:
 
 PREFETCH_GAIN = 0.9  # a kernel's constants are prefetched when its estimate with them in the SRAM is below this share
 ROOM = 0.85  # the share of the activation memory that activations and prefetched weights may fill together
+LEND = 0.5  # a kernel lends the weight memory's idle time to copies when its own reads keep it busy at most this share
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,24 @@ def _estimates(m: LoweredModel, k: Kernel, buffers: dict, staged: tuple[str, ...
     return kernel_traffic(k, m, m.target.scratchpad.size_bytes, buffers)
 
 
+def _copied_bytes(m: LoweredModel, b: Buffer) -> int:
+    """The bytes a copy of constant ``b`` reads from the weight memory, in whole bursts: its
+    codec streams' where the target decodes weights and they save a burst (weight compression
+    keeps a copied constant compressed; the streams of its reader's blocks come to about the
+    streams of its bytes in order), else its raw bytes."""
+    from npuc.codegen.memory_plan import pack
+    from npuc.isa.weight_codec import encode_blocks, worth_compressing
+
+    w = m.target.weight_memory
+    n = b.nbytes
+    if m.target.weight_decoder is not None and b.const is not None and n:
+        data = np.frombuffer(pack(b.const)[:n], np.uint8)
+        coded = sum(len(x) for x in encode_blocks(data))
+        if worth_compressing(n, coded, w.burst_bytes):
+            n = coded
+    return -(-n // w.burst_bytes) * w.burst_bytes
+
+
 def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
     """Which kernels read their constants from copies made ahead, and where each copy is issued.
 
@@ -127,7 +148,9 @@ def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
     copy queue in program order, each in the weight memory's idle time: walking the segment
     forward, the copy of each reader in turn takes the idle cycles of the weight memory's port
     (a kernel's estimated cycles less the cycles its own reads of that memory take) from where
-    the previous copy ended, and is issued before the kernel where its first cycle falls.  A
+    the previous copy ended, and is issued before the kernel where its first cycle falls; a
+    reader whose copy that idle time does not hide whole is left to read its weights where they
+    lie (the rest of the copy would contend with the earlier kernels' own reads).  A
     copy issued early holds its buffer longer: it is moved later until the activations live at
     each step and the copies live there fit :data:`ROOM` of the faster memory."""
     from npuc.codegen.memory_plan import align, lifetimes
@@ -160,7 +183,9 @@ def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
             k = lk.kernel
             now = _estimates(m, k, buffers)
             busy = now.memory_bytes.get(w.name, (0, 0))[0] / w.bytes_per_cycle
-            idle.append(max(0.0, now.cycles - busy))
+            # a kernel that keeps the port busier than LEND of its time has no idle time to lend:
+            # a copy beside it would take the port from its own loads
+            idle.append(now.cycles - busy if busy <= LEND * now.cycles else 0.0)
             if k.kind in ("fused_chain", "copy"):
                 continue
             consts = tuple(sorted(n for n in {x.name for x in k.tensors()}
@@ -173,17 +198,22 @@ def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
         cursor, used = 0, 0.0
         for i, name, consts, before, after in readers:
             nbytes = sum(align(buffers[n].nbytes) for n in consts)
-            need = sum(-(-buffers[n].nbytes // w.burst_bytes) * w.burst_bytes for n in consts) / w.bytes_per_cycle
-            at, j, u = min(cursor, i), cursor, used
+            need = sum(_copied_bytes(m, buffers[n]) for n in consts) / w.bytes_per_cycle
+            j, u = cursor, used
+            while j < i and idle[j] - u <= 0:  # the copy starts in the first kernel with idle time left
+                j, u = j + 1, 0.0
+            at = j
             while j < i and need > 0:
                 take = min(max(0.0, idle[j] - u), need)
                 need -= take
                 u += take
                 if need > 0:
                     j, u = j + 1, 0.0
-            saving = int(before - after - need)  # the part of the copy no idle time hides, the reader waits for
-            if saving < (1 - PREFETCH_GAIN) * before:
+            if need > 0:
+                # the idle time before the reader does not hide the whole copy: the rest would take
+                # the weight memory's port from the kernels before it, which their estimates do not see
                 continue
+            saving = int(before - after)
             while at < i and any(live[st] + nbytes > room for st in range(first + at, first + i + 1)):
                 at += 1
             if live[first + i] + nbytes > room:
