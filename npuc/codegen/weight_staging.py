@@ -16,11 +16,11 @@ first) copies the constants of the kernels that the cost model finds much faster
 the faster memory, kernels ahead, in the weight memory's idle time (:func:`plan_prefetch`).
 Weight compression keeps both kinds of copy compressed (``npuc.codegen.weight_compression``).
 
-The choice of what :func:`stage_weights` stages is the cost model's: every kernel is planned and counted as the on-chip plan does
-(``npuc.codegen.resident_plan.kernel_traffic``); a constant is staged when the flash bytes its
-reads would save exceed what the copy costs (one read of it from its memory, in whole bursts, one write and
-its re-reads in the faster memory), and only for kernels that are
-not fused chains (whose members address their constants themselves).
+What :func:`stage_weights` stages is the cost model's choice: every kernel is planned and
+counted as the on-chip plan does (``npuc.codegen.resident_plan.kernel_traffic``); a constant is
+staged when the flash bytes its reads would save exceed what the copy costs (one read of it from
+its memory, in whole bursts, one write and its re-reads in the faster memory), and only for
+kernels that are not fused chains (whose members address their constants themselves).
 """
 
 from __future__ import annotations
@@ -148,11 +148,12 @@ def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
     copy queue in program order, each in the weight memory's idle time: walking the segment
     forward, the copy of each reader in turn takes the idle cycles of the weight memory's port
     (a kernel's estimated cycles less the cycles its own reads of that memory take) from where
-    the previous copy ended, and is issued before the kernel where its first cycle falls; a
-    reader whose copy that idle time does not hide whole is left to read its weights where they
-    lie (the rest of the copy would contend with the earlier kernels' own reads).  A
-    copy issued early holds its buffer longer: it is moved later until the activations live at
-    each step and the copies live there fit :data:`ROOM` of the faster memory."""
+    the previous copy ended (a kernel lends none when its own reads keep the port busy more than
+    :data:`LEND` of its time), and is issued before the kernel where its first cycle falls.  The
+    part of a copy that no idle time hides delays its reader: a reader whose saving, net of it,
+    is below 1 - :data:`PREFETCH_GAIN` of its estimate is left to read its weights where they
+    lie.  A copy issued early holds its buffer longer: it is moved later until the activations
+    live at each step and the copies live there fit :data:`ROOM` of the faster memory."""
     from npuc.codegen.memory_plan import align, lifetimes
 
     fast = _faster(m)
@@ -209,11 +210,9 @@ def plan_prefetch(m: LoweredModel) -> list[Prefetch]:
                 u += take
                 if need > 0:
                     j, u = j + 1, 0.0
-            if need > 0:
-                # the idle time before the reader does not hide the whole copy: the rest would take
-                # the weight memory's port from the kernels before it, which their estimates do not see
+            saving = int(before - after - need)  # the part of the copy no idle time hides, the reader waits for
+            if saving < (1 - PREFETCH_GAIN) * before:
                 continue
-            saving = int(before - after)
             while at < i and any(live[st] + nbytes > room for st in range(first + at, first + i + 1)):
                 at += 1
             if live[first + i] + nbytes > room:
