@@ -93,9 +93,11 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     segments = _name_duplicate_outputs(segments, m.outputs, written)
     regions = tuple(Region(name, RegionKind[kind], off, size) for name, kind, off, size in plan.regions)
     sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
+    copies = _staged_copies(plan)
     meta = {
         "npuc.target": target_json(target),
-        "npuc.layers": canonical_json([[_layer(lk, target, compression) for lk in c.segment.kernels] for c in codes]),
+        "npuc.layers": canonical_json([[_layer(lk, target, compression, copies) for lk in c.segment.kernels]
+                                       for c in codes]),
         "npuc.cpu": canonical_json([_cpu_meta(s, m) for s in m.segments if isinstance(s, CpuSegment)]),
         "precision": m.precision.dtype.name if m.precision.dtype is not None else "cpu",
     }
@@ -127,20 +129,33 @@ def _on_chip_meta(plan: MemoryPlanResult) -> list:
             for p in sorted(plan.placed, key=lambda x: (x.first, x.offset, x.buffer.name)) if p.memory == "scratchpad"]
 
 
-def _layer(lk, target, compression: WeightStreams | None = None) -> list:
+def _staged_copies(plan: MemoryPlanResult) -> dict[int, int]:
+    """Address of each constant's staged copy (npuc.codegen.weight_staging) -> the constant's:
+    a compressed constant's copy holds its streams (npuc.codegen.weight_compression)."""
+    from npuc.codegen.weight_staging import STAGED
+
+    at = {p.buffer.name: p.offset for p in plan.placed}
+    return {off: at[name[:-len(STAGED)]] for name, off in at.items()
+            if name.endswith(STAGED) and name[:-len(STAGED)] in at}
+
+
+def _layer(lk, target, compression: WeightStreams | None = None, copies: dict[int, int] | None = None) -> list:
     k = lk.kernel
-    per = _compulsory_per_memory(lk, target, compression)
-    saved = sum(n - _stored(addr, n, compression) for (_, addr, _, _), n in lk.compulsory().items())
+    per = _compulsory_per_memory(lk, target, compression, copies)
+    saved = sum(n - _stored(addr, n, compression, copies) for (_, addr, _, _), n in lk.compulsory().items())
     return [k.name, k.kind, list(lk.ops), lk.loc or "", lk.macs, lk.min_bytes() - saved, per]
 
 
-def _stored(addr: int, n: int, compression: WeightStreams | None) -> int:
-    """Compulsory bytes of a tensor at ``addr``: its stream bytes when its constant is compressed
-    (rounded down, so that the bound stays a bound)."""
-    return n if compression is None else int(n * compression.stored_fraction(addr))
+def _stored(addr: int, n: int, compression: WeightStreams | None, copies: dict[int, int] | None = None) -> int:
+    """Compulsory bytes of a tensor at ``addr``: its stream bytes when its constant is compressed,
+    or it is the staged copy of one (``copies``), rounded down, so that the bound stays a bound."""
+    if compression is None:
+        return n
+    return int(n * compression.stored_fraction((copies or {}).get(addr, addr)))
 
 
-def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None) -> list:
+def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None,
+                           copies: dict[int, int] | None = None) -> list:
     """[[memory, compulsory bytes]] of a kernel, each tensor counted in the memory its address is in
     (a tensor the memory plan keeps in the scratchpad is in none and moves no DMA bytes)."""
     from npuc.codegen.local_memory import is_resident_address
@@ -149,7 +164,7 @@ def _compulsory_per_memory(lk, target, compression: WeightStreams | None = None)
     for (_, addr, _, _), n in lk.compulsory().items():
         if is_resident_address(addr):
             continue
-        n = _stored(addr, n, compression)
+        n = _stored(addr, n, compression, copies)
         w = target.window_at(addr)
         name = w.memory.name if w is not None else target.activation_memory.name
         per[name] = per.get(name, 0) + n
