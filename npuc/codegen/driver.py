@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuc.codegen.emitter import Emitter
-from npuc.codegen.weight_staging import STAGED
+from npuc.codegen.weight_staging import is_weight_copy
 from npuc.codegen.kernel import get_kernel
 from npuc.codegen.reroll import roll
 from npuc.kir.plan import Plan
@@ -84,7 +84,7 @@ def emit_segment(seg: NpuSegment, target, splits: tuple[int, ...] = (), prefetch
     window = [(RESIDENT_BASE + size - top, RESIDENT_BASE + size, -RESIDENT_BASE, "the on-chip tensors")] if top else []
     for lk, plan, base, acc, kt, limit in zip(seg.kernels, plans, bases, acc_bases, targets, limits):
         kem = LocalEmitter(em, kt, window) if window else em
-        if lk.kernel.kind == "copy" and lk.kernel.output.name.endswith(STAGED):
+        if is_weight_copy(lk.kernel):
             # a weight copy issued ahead takes the weight memory's port only once the loads of the
             # kernels before it have left, so that it runs in the idle time it was placed in
             em.wait_for(Queue.copy, Queue.load)

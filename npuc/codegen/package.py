@@ -93,7 +93,7 @@ def build_npub(plan: MemoryPlanResult, codes: tuple[SegmentCode, ...], model_nam
     segments = _name_duplicate_outputs(segments, m.outputs, written)
     regions = tuple(Region(name, RegionKind[kind], off, size) for name, kind, off, size in plan.regions)
     sram = tuple(SramUsage(c.spad_bytes, c.acc_bytes) for c in codes)
-    copies = _staged_copies(plan)
+    copies = _copy_sources(plan)
     meta = {
         "npuc.target": target_json(target),
         "npuc.layers": canonical_json([[_layer(lk, target, compression, copies) for lk in c.segment.kernels]
@@ -129,14 +129,13 @@ def _on_chip_meta(plan: MemoryPlanResult) -> list:
             for p in sorted(plan.placed, key=lambda x: (x.first, x.offset, x.buffer.name)) if p.memory == "scratchpad"]
 
 
-def _staged_copies(plan: MemoryPlanResult) -> dict[int, int]:
+def _copy_sources(plan: MemoryPlanResult) -> dict[int, int]:
     """Address of each constant's staged copy (npuc.codegen.weight_staging) -> the constant's:
     a compressed constant's copy holds its streams (npuc.codegen.weight_compression)."""
-    from npuc.codegen.weight_staging import STAGED
+    from npuc.codegen.weight_staging import copied_constant
 
     at = {p.buffer.name: p.offset for p in plan.placed}
-    return {off: at[name[:-len(STAGED)]] for name, off in at.items()
-            if name.endswith(STAGED) and name[:-len(STAGED)] in at}
+    return {off: at[c] for name, off in at.items() if (c := copied_constant(name)) in at}
 
 
 def _layer(lk, target, compression: WeightStreams | None = None, copies: dict[int, int] | None = None) -> list:

@@ -241,7 +241,7 @@ def _staged_copies(programs, labels, plan, entries) -> dict[int, _StagedCopy]:
     and the first of those loads reads bytes of the slice issued last (the copy of a staged
     constant is issued last slice first, ``npuc.codegen.kernels.move_copy``), so every load
     orders after the whole copy and the copied bytes may be repacked."""
-    from npuc.codegen.weight_staging import STAGED
+    from npuc.codegen.weight_staging import copied_constant, is_weight_copy
     from npuc.kir.program import NpuSegment
 
     placed = {p.buffer.name: p for p in plan.placed}
@@ -253,10 +253,10 @@ def _staged_copies(programs, labels, plan, entries) -> dict[int, _StagedCopy]:
             continue
         for lk in seg.kernels:
             k = lk.kernel
-            if k.kind == "copy" and k.output.name.endswith(STAGED):
+            if is_weight_copy(k):
                 writer[lk.name] = k.output.name
             for name in {x.name for x in k.tensors()} - {k.output.name}:
-                if name.endswith(STAGED):
+                if copied_constant(name) is not None:
                     readers.setdefault(lk.name, []).append(name)
     found: dict[str, tuple[list, list]] = {}
     bad: set[str] = set()
@@ -269,19 +269,21 @@ def _staged_copies(programs, labels, plan, entries) -> dict[int, _StagedCopy]:
                 if ins.op != "DMA_COPY":
                     bad.add(name)
                 continue
-            for name in readers.get(label, ()):
+            names = readers.get(label, ())
+            regions = ins.defn.regions(ins.args) if names else ()
+            for name in names:
                 b = placed.get(name)
                 if b is None:
                     continue
                 lo, hi = b.offset, b.offset + b.buffer.nbytes
-                for r in ins.defn.regions(ins.args):
+                for r in regions:
                     if r.mem is Mem.dram and r.addr < hi and lo < r.end:
                         found.setdefault(name, ([], []))[1].append((pi, ii))
                         if not (_loadable(ins) and lo <= r.addr and r.end <= hi):
                             bad.add(name)
     out: dict[int, _StagedCopy] = {}
     for name, (copies, loads) in found.items():
-        c, b = placed.get(name[:-len(STAGED)]), placed.get(name)
+        c, b = placed.get(copied_constant(name)), placed.get(name)
         if name in bad or not copies or not loads or c is None or b is None or c.buffer.kind != CONSTANT:
             continue
         e = index.get(c.offset)

@@ -37,6 +37,18 @@ from npuc.kir.tensor import DramTensor
 STAGED = ".staged"
 
 
+def copied_constant(name: str) -> str | None:
+    """The constant whose staged copy is the buffer ``name`` (None: not a staged copy); every
+    module that treats staged copies apart (the copy's order, its wait, its compression, its
+    reader's bound) asks here."""
+    return name[:-len(STAGED)] if name.endswith(STAGED) else None
+
+
+def is_weight_copy(k: Kernel) -> bool:
+    """Whether ``k`` is the copy kernel of a staged constant."""
+    return k.kind == "copy" and copied_constant(k.output.name) is not None
+
+
 def _faster(m: LoweredModel):
     """The memory staged weights go to: the fastest that holds activations, when it is cheaper
     per byte read than the weight memory (None: nothing to gain)."""

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from npuc.codegen.epilogue import ALIGN, dma_nd, vector_nd
 from npuc.codegen.kernel import register_kernel
-from npuc.codegen.weight_staging import STAGED
+from npuc.codegen.weight_staging import copied_constant
 from npuc.codegen.tile_builder import TileBuilder, emit_program, planned_program, tile_plan
 from npuc.kir.tile_program import TileProgram
 from npuc.kir.kernel import Kernel
@@ -181,7 +181,7 @@ class CopyKernel:
         if p.direct:
             n = dst.numel * es
             starts = range(0, n, COPY_CHUNK)
-            if dst.name.endswith(STAGED):  # last slice first: its reader's first load waits for the whole copy
+            if copied_constant(dst.name) is not None:  # last slice first: its reader's first load waits for the whole copy
                 starts = starts[::-1]
             for i, at in enumerate(starts):
                 tb.at(i)
